@@ -1,0 +1,60 @@
+// Partition pass: takes a scripted module's inlined `forward` graph; returns the chain of stages
+// the solver works on (each a standalone Graph), the lifted inputs the stages read, and the region
+// of the method graph that the chain replaces. Prologue and epilogue stay in the method graph.
+#pragma once
+
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace jitckpt {
+
+// A value a stage reads that is not an activation: parameters, buffers, and non-tensor values such
+// as the `training` flag. Lifted values are never counted as activation memory.
+enum class LiftedKind { Parameter, Buffer, Scalar };
+
+struct LiftedInput {
+  torch::jit::Value* value;  // in Partition::graph, defined before the chain region
+  std::string name;          // attribute path such as "layer1.0.bn1.running_mean", or "training"
+  LiftedKind kind;
+};
+
+struct Stage {
+  // Inputs: the activation inputs (boundary tensors) first, then one input per entry of `lifted`.
+  // Outputs: the activations of the next boundary. Runs alone given its inputs.
+  std::shared_ptr<torch::jit::Graph> graph;
+  size_t num_activation_inputs = 0;
+  std::vector<size_t> lifted;          // graph input num_activation_inputs+k is Partition::lifted[lifted[k]]
+  std::vector<size_t> mutated_lifted;  // indices into Partition::lifted that the stage writes in place
+  bool writes_activation_input = false;  // writes an activation input in place: protect checkpoints
+  std::string label;                   // short description for printing, e.g. "layer1.0"
+};
+
+struct Partition {
+  // The inlined method graph that owns the chain region; GetAttr chains and constants that the
+  // chain reads are hoisted before the region.
+  std::shared_ptr<torch::jit::Graph> graph;
+  // The chain region: the contiguous nodes [first_node, last_node] of graph->block().
+  torch::jit::Node* first_node = nullptr;
+  torch::jit::Node* last_node = nullptr;
+  std::vector<torch::jit::Value*> chain_inputs;   // tensors of boundary 0, in graph
+  std::vector<torch::jit::Value*> chain_outputs;  // tensors of the last boundary, in graph
+  std::vector<LiftedInput> lifted;
+  std::vector<Stage> stages;
+  std::vector<std::string> warnings;  // e.g. why there is only one stage
+};
+
+struct PartitionOptions {
+  int max_stages = 0;  // 0: no limit beyond the merge of tiny stages
+};
+
+// `graph` must be inlined (no prim::CallMethod / CallFunction); it is taken over, not copied.
+Partition partitionGraph(std::shared_ptr<torch::jit::Graph> graph, const PartitionOptions& options = {});
+
+// Copies and inlines `module`'s forward, then partitions it.
+Partition partitionModule(const torch::jit::Module& module, const PartitionOptions& options = {});
+
+}  // namespace jitckpt
