@@ -1,0 +1,136 @@
+// The persistent DP against the exhaustive persistent search and the simulator.
+#include <gtest/gtest.h>
+
+#include "passes/solver/builtin_chains.h"
+#include "passes/solver/exhaustive.h"
+#include "passes/solver/persistent_dp.h"
+#include "passes/solver/simulator.h"
+
+using namespace jitckpt::solver;
+
+namespace {
+
+int64_t noCheckpointPeak(const Chain& chain) {
+  Schedule none;
+  for (int l = 1; l <= chain.length(); ++l) none.push_back({OpKind::ForwardAll, l});
+  for (int l = chain.length(); l >= 1; --l) none.push_back({OpKind::Backward, l});
+  return simulate(chain, none).peak;
+}
+
+}  // namespace
+
+// With slot size 1 the DP is exact: its optimum equals the best persistent sequence found by
+// enumerating every persistent sequence and simulating it, at every limit, infeasible included.
+TEST(PersistentDp, EqualsExhaustivePersistentSearch) {
+  int feasible = 0, infeasible = 0;
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    const int length = 1 + static_cast<int>(seed % 5);
+    const Chain chain = randomChain(length, seed);
+    const int64_t top = noCheckpointPeak(chain) + 2;
+    PersistentSolver solver(chain, top, static_cast<int>(top));  // slot size 1
+    ASSERT_EQ(solver.slotSize(), 1);
+    for (int64_t limit = 0; limit <= top; ++limit) {
+      const SearchResult best = bestPersistentSequence(chain, limit);
+      const SolveResult dp = solver.solve(limit);
+      ASSERT_EQ(dp.feasible, best.feasible) << "seed " << seed << " limit " << limit << "\n"
+                                            << chainToJson(chain);
+      if (!best.feasible) {
+        ++infeasible;
+        continue;
+      }
+      ++feasible;
+      EXPECT_EQ(dp.time, best.time) << "seed " << seed << " limit " << limit << " dp "
+                                    << toString(dp.schedule) << " best " << toString(best.schedule);
+    }
+  }
+  EXPECT_GT(feasible, 100);
+  EXPECT_GT(infeasible, 50);
+}
+
+// Every DP answer replays under the simulator within the limit and at the DP's time.
+TEST(PersistentDp, SimulatorAgreesWithDp) {
+  for (uint64_t seed = 100; seed < 140; ++seed) {
+    const Chain chain = randomChain(3 + static_cast<int>(seed % 10), seed, 50, 20);
+    const int64_t top = noCheckpointPeak(chain);
+    for (int slots : {7, 50, 500}) {
+      PersistentSolver solver(chain, top, slots);
+      for (const CurvePoint& point : solver.curve()) {
+        const SolveResult dp = solver.solve(point.limit);
+        ASSERT_TRUE(dp.feasible);
+        const SimulationResult sim = simulate(chain, dp.schedule);
+        ASSERT_TRUE(sim.valid && sim.complete) << sim.reason;
+        EXPECT_LE(sim.peak, point.limit);
+        EXPECT_EQ(sim.time, dp.time);
+        EXPECT_EQ(static_cast<float>(sim.time), static_cast<float>(point.time));  // integer times
+      }
+    }
+  }
+}
+
+// Rounding sizes up to slots never makes the DP exceed the limit, and a coarser table is never
+// better than the exact one.
+TEST(PersistentDp, DiscretizationIsConservative) {
+  for (uint64_t seed = 200; seed < 230; ++seed) {
+    const Chain chain = randomChain(5, seed, 1000, 9);
+    const int64_t top = noCheckpointPeak(chain);
+    PersistentSolver exact(chain, top, static_cast<int>(top));
+    PersistentSolver coarse(chain, top, 20);
+    for (int64_t limit = top / 4; limit <= top; limit += std::max<int64_t>(1, top / 37)) {
+      const SolveResult a = exact.solve(limit), b = coarse.solve(limit);
+      if (b.feasible) {
+        ASSERT_TRUE(a.feasible);
+        EXPECT_LE(b.peak, limit);
+        EXPECT_GE(b.time, a.time);
+      }
+    }
+  }
+}
+
+TEST(PersistentDp, InfeasibleLimitSaysTheSmallestThatWorks) {
+  const Chain chain = randomChain(6, 7, 40, 9);
+  const int64_t top = noCheckpointPeak(chain);
+  PersistentSolver solver(chain, top, static_cast<int>(top));
+  const int64_t smallest = solver.minFeasibleLimit();
+  ASSERT_GT(smallest, 0);
+  EXPECT_TRUE(solver.solve(smallest).feasible);
+  const SolveResult below = solver.solve(smallest - 1);
+  EXPECT_FALSE(below.feasible);
+  EXPECT_EQ(below.min_feasible_limit, smallest);
+  EXPECT_NE(below.message.find(std::to_string(smallest)), std::string::npos) << below.message;
+  // solveOptimal finds it even when the asked limit is far below.
+  const SolveResult tiny = solveOptimal(chain, 1, static_cast<int>(top));
+  EXPECT_FALSE(tiny.feasible);
+  EXPECT_GE(tiny.min_feasible_limit, smallest);
+  EXPECT_TRUE(solveOptimal(chain, tiny.min_feasible_limit, 500).feasible);
+}
+
+TEST(PersistentDp, CurveIsMonotoneAndEndsAtNoRecomputation) {
+  const Chain chain = resnetLikeChain(30);
+  const int64_t top = noCheckpointPeak(chain);
+  // Each of the ~L terms of a peak is rounded up by at most one slot (top/500): leave room.
+  PersistentSolver solver(chain, top + top / 4, 500);
+  const auto curve = solver.curve();
+  ASSERT_GT(curve.size(), 5u);
+  for (size_t i = 1; i < curve.size(); ++i) {
+    EXPECT_GT(curve[i].limit, curve[i - 1].limit);
+    EXPECT_LT(curve[i].time, curve[i - 1].time);
+  }
+  double forward_backward = 0;
+  for (int l = 1; l <= chain.length(); ++l) forward_backward += chain.uf[l] + chain.ub[l];
+  EXPECT_NEAR(curve.back().time, forward_backward, 1e-3 * forward_backward);
+}
+
+// Zero-size activations make sub-problems refer to the same memory column: the table must be
+// filled by interval length for this to be right.
+TEST(PersistentDp, ZeroSizeActivations) {
+  Chain chain = randomChain(5, 3);
+  for (int l = 0; l <= 5; ++l) chain.wa[l] = 0;
+  for (int l = 1; l <= 5; ++l) chain.wabar[l] = l % 2 ? 0 : 3;
+  for (int64_t limit = 0; limit < 30; ++limit) {
+    const SearchResult best = bestPersistentSequence(chain, limit);
+    PersistentSolver solver(chain, 40, 40);
+    const SolveResult dp = solver.solve(limit);
+    ASSERT_EQ(dp.feasible, best.feasible) << limit;
+    if (best.feasible) EXPECT_EQ(dp.time, best.time) << limit;
+  }
+}

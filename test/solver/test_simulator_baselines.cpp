@@ -1,0 +1,113 @@
+// Simulator rules and the baselines.
+#include <gtest/gtest.h>
+
+#include "passes/solver/baselines.h"
+#include "passes/solver/builtin_chains.h"
+#include "passes/solver/persistent_dp.h"
+#include "passes/solver/simulator.h"
+
+using namespace jitckpt::solver;
+
+namespace {
+Chain unitChain(int L) {
+  Chain c;
+  c.uf.assign(L + 1, 1);
+  c.ub.assign(L + 1, 2);
+  c.wa.assign(L + 1, 10);
+  c.wabar.assign(L + 1, 30);
+  c.wd.assign(L + 1, 10);
+  c.of.assign(L + 1, 1);
+  c.ob.assign(L + 1, 2);
+  c.uf[0] = c.ub[0] = c.wabar[0] = c.of[0] = c.ob[0] = 0;
+  return c;
+}
+}  // namespace
+
+TEST(Simulator, CountsEveryTermOfTable1) {
+  const Chain c = unitChain(2);
+  // Start: a0 (10) + delta2 (10) = 20.
+  const SimulationResult r = simulate(c, parseSchedule("Fall(1) Fall(2) B(2) B(1)"));
+  ASSERT_TRUE(r.valid && r.complete) << r.reason;
+  // Fall(1): 20 + 30 + 1; Fall(2): 50 + 30 + 1 = 81; B(2): 80 + delta1 (10) + 2 = 92.
+  EXPECT_EQ(r.peak, 92);
+  EXPECT_EQ(r.time, 1 + 1 + 2 + 2);
+  EXPECT_EQ(r.recomputations, 0);
+}
+
+TEST(Simulator, ReportsTheFirstInvalidOp) {
+  const Chain c = unitChain(3);
+  const SimulationResult r = simulate(c, parseSchedule("Fck(1) Fn(2) Fall(3) B(3) B(2)"));
+  EXPECT_FALSE(r.valid);
+  EXPECT_EQ(r.first_invalid_op, 4);
+  EXPECT_NE(r.reason.find("abar^2"), std::string::npos) << r.reason;
+  const SimulationResult lost = simulate(c, parseSchedule("Fn(1) Fall(1)"));
+  EXPECT_FALSE(lost.valid);  // F∅(1) replaced a^0
+  EXPECT_EQ(lost.first_invalid_op, 1);
+}
+
+TEST(Simulator, NoneReplacesOnlyALoneInput) {
+  const Chain c = unitChain(3);
+  // Fall(1) holds abar^1; F∅(2) reads it and keeps it; a^2 replaced by a^3 next.
+  const SimulationResult r =
+      simulate(c, parseSchedule("Fall(1) Fn(2) Fn(3) Fall(3) B(3) Fall(2) B(2) B(1)"));
+  EXPECT_FALSE(r.valid);  // Fall(3) needs a^2, replaced by F∅(3)
+  const SimulationResult ok = simulate(c, parseSchedule("Fall(1) Fck(2) Fall(3) B(3) Fall(2) B(2) B(1)"));
+  EXPECT_TRUE(ok.valid && ok.complete) << ok.reason;
+}
+
+TEST(Baselines, ValidAndNeverBetterThanTheDp) {
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    const Chain chain = randomChain(2 + static_cast<int>(seed % 9), seed, 30, 9);
+    const int L = chain.length();
+    std::vector<Schedule> baselines{noCheckpointSchedule(chain)};
+    for (int k = 1; k <= L; ++k) baselines.push_back(periodicSchedule(chain, k));
+    for (const Schedule& schedule : baselines) {
+      const SimulationResult sim = simulate(chain, schedule);
+      ASSERT_TRUE(sim.valid && sim.complete) << sim.reason << " in " << toString(schedule);
+      PersistentSolver solver(chain, sim.peak, static_cast<int>(sim.peak));
+      const SolveResult dp = solver.solve(sim.peak);
+      ASSERT_TRUE(dp.feasible);
+      EXPECT_LE(dp.time, sim.time);
+    }
+    const int64_t top = simulate(chain, baselines[0]).peak;
+    for (int64_t limit = top / 3; limit <= top; limit += std::max<int64_t>(1, top / 10)) {
+      const SolveResult revolve = solveRevolve(chain, limit, static_cast<int>(top));
+      if (!revolve.feasible) continue;
+      const SimulationResult sim = simulate(chain, revolve.schedule);
+      ASSERT_TRUE(sim.valid && sim.complete) << sim.reason;
+      EXPECT_LE(sim.peak, limit);
+      // Revolve-style: every B is right after the Fall of its stage.
+      for (size_t i = 0; i < revolve.schedule.size(); ++i) {
+        if (revolve.schedule[i].kind == OpKind::Backward) {
+          ASSERT_GT(i, 0u);
+          EXPECT_EQ(revolve.schedule[i - 1], (Op{OpKind::ForwardAll, revolve.schedule[i].stage}));
+        }
+      }
+      const SolveResult dp = solveOptimal(chain, limit, static_cast<int>(top));
+      ASSERT_TRUE(dp.feasible);
+      EXPECT_LE(dp.time, revolve.time);
+    }
+  }
+}
+
+TEST(Baselines, PeriodicMatchesCheckpointSequential) {
+  const Chain c = unitChain(5);
+  // checkpoint_sequential(5 modules, 2 segments): segment size 2, first segment [1,2] without
+  // saving, last segment [3,5] with grad; backward then recomputes [1,2].
+  EXPECT_EQ(toString(periodicSchedule(c, 2)),
+            "Fck(1) Fn(2) Fall(3) Fall(4) Fall(5) B(5) B(4) B(3) Fall(1) Fall(2) B(2) B(1)");
+  // A terminal stage joins the last segment.
+  EXPECT_EQ(toString(periodicSchedule(c, 2, 4)),
+            "Fck(1) Fn(2) Fall(3) Fall(4) Fall(5) B(5) B(4) B(3) Fall(1) Fall(2) B(2) B(1)");
+  EXPECT_THROW(periodicSchedule(c, 6), std::invalid_argument);
+}
+
+TEST(Schedule, PrintParseRoundTripAndErrors) {
+  const Schedule s = parseSchedule("Fck(1) F∅(2) Fnone(3) Fall(4) B(4) Fall(3) B(3)");
+  EXPECT_EQ(toString(s), "Fck(1) Fn(2) Fn(3) Fall(4) B(4) Fall(3) B(3)");
+  EXPECT_EQ(parseSchedule(toString(s)), s);
+  EXPECT_THROW(parseSchedule("Fx(1)"), std::invalid_argument);
+  EXPECT_THROW(parseSchedule("B(0)"), std::invalid_argument);
+  EXPECT_THROW(parseSchedule("B(2"), std::invalid_argument);
+  EXPECT_THROW(parseSchedule("Fall(x)"), std::invalid_argument);
+}
