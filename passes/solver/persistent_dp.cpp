@@ -87,29 +87,49 @@ void PersistentSolver::build() {
 
   const size_t rows = static_cast<size_t>(L_) * (L_ + 1) / 2;
   table_.assign(rows * (S_ + 1), kInf);
-  for (int d = 0; d < L_; ++d) {
-    for (int s = 1; s + d <= L_; ++s) {
-      const int t = s + d;
+  // first_[row] = the smallest m where the row is finite (S_+1 if none). Rows are non-increasing
+  // in m (more memory never hurts), so relaxations start where both sub-rows are finite.
+  std::vector<int> first(rows, S_ + 1);
+  auto firstOf = [&](int s, int t) -> int& { return first[rowOffset(s, t) / (S_ + 1)]; };
+  std::vector<int> plateau_start(rows, S_ + 1);
+  auto plateauOf = [&](int s, int t) -> int& { return plateau_start[rowOffset(s, t) / (S_ + 1)]; };
+  // Order: t ascending, s descending. Cell (s,t) reads (s',t) for s' > s and (s,t') for t' < t,
+  // all filled before it (zero-size shifts included). This order keeps the rows (s',t) of column t
+  // hot in cache while the rows (s,t') stream from row s's contiguous storage.
+  for (int t = 1; t <= L_; ++t) {
+    for (int s = t; s >= 1; --s) {
+      const int d = t - s;
       float* out = row(s, t);
       const int emem = ememSlots(s, t);
       const float stage_time = static_cast<float>(chain_.uf[s] + chain_.ub[s]);
       if (d == 0) {
         for (int m = emem; m <= S_; ++m) out[m] = stage_time;
+        firstOf(s, t) = plateauOf(s, t) = std::min(emem, S_ + 1);
         continue;
       }
+      int row_first = S_ + 1;
+      // From column `plateau` on, C_all reaches the lower bound sum(uf + ub) over s..t (nothing
+      // recomputed), so no split can do better there: relax the splits below it only.
+      int plateau = S_ + 1;
       if (!revolve_only_) {  // C_all: Fall(s), solve (s+1, t) beside abar^s, B(s)
         const int shift = static_cast<int>(std::min<int64_t>(wabar_[s], S_ + 1));
-        const int lo = std::max(emem, shift);
+        const int lo = std::max({emem, shift + firstOf(s + 1, t)});
         if (lo <= S_) relaxAll(out, row(s + 1, t), stage_time, lo, S_, shift);
+        row_first = std::min(row_first, lo);
+        plateau = std::min<int64_t>(S_ + 1, std::max<int64_t>(emem, shift + plateauOf(s + 1, t)));
       }
+      plateauOf(s, t) = plateau;
       const int nomem = nomem_[s * (L_ + 1) + t];
       for (int split = s + 1; split <= t; ++split) {  // C_ck: Fck(s), F∅ up to split-1
         const int shift = static_cast<int>(std::min<int64_t>(wa_[split - 1], S_ + 1));
-        const int lo = std::max(nomem, shift);
-        if (lo > S_) continue;
+        const int lo = std::max({nomem, shift + firstOf(split, t), firstOf(s, split - 1)});
+        const int hi = std::min(S_, plateau - 1);
+        if (lo > hi) continue;
         const float forward_time = static_cast<float>(prefix_uf_[split - 1] - prefix_uf_[s - 1]);
-        relaxCheckpoint(out, row(split, t), row(s, split - 1), forward_time, lo, S_, shift);
+        relaxCheckpoint(out, row(split, t), row(s, split - 1), forward_time, lo, hi, shift);
+        row_first = std::min(row_first, lo);
       }
+      firstOf(s, t) = row_first;
     }
   }
 }
