@@ -49,6 +49,9 @@ struct Partition {
 
 struct PartitionOptions {
   int max_stages = 0;  // 0: no limit beyond the merge of tiny stages
+  // Move a cut off a boundary that a later node writes in place (relu_, add_) when another cut can
+  // take its place; when false (or impossible) the writing stage is marked instead.
+  bool move_cuts_off_inplace_writes = true;
 };
 
 // `graph` must be inlined (no prim::CallMethod / CallFunction); it is taken over, not copied.

@@ -1,0 +1,76 @@
+"""Small scripted models for the lit tests: `models.py NAME OUT.pt` scripts NAME and saves it."""
+import sys
+
+import torch
+from torch import nn
+
+
+class PlainChain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2, self.l3 = nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.l3(torch.relu(self.l2(torch.relu(self.l1(x)))))
+
+
+class Residual(nn.Module):
+    """A block whose output feeds an in-place relu_ and add_ in the next block."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2, self.c3 = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1), nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        y = self.c1(x)
+        y.relu_()
+        z = self.c2(y)
+        z.add_(y)
+        return self.c3(z)
+
+
+class WithBatchNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn, self.head = nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Conv2d(4, 2, 1)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.bn(self.conv(x))))
+
+
+class TwoTensorBoundary(nn.Module):
+    """Carries a mask beside the hidden state through every layer, as transformers do."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(3)])
+
+    def forward(self, x, mask):
+        for layer in self.layers:
+            x = layer(x) * mask
+        return x
+
+
+class WithLoop(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pre, self.post = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x, n: int):
+        x = self.pre(x)
+        for _ in range(n):
+            x = torch.tanh(x @ self.post.weight)
+        return self.post(x)
+
+
+class NoCut(nn.Module):
+    """Two tensors in, both used to the end: no position carries fewer than the ends do."""
+
+    def forward(self, x, y):
+        return torch.matmul(torch.relu(x), y) + torch.matmul(x, torch.sigmoid(y))
+
+
+MODELS = {m.__name__: m for m in [PlainChain, Residual, WithBatchNorm, TwoTensorBoundary, WithLoop, NoCut]}
+
+if __name__ == "__main__":
+    torch.jit.save(torch.jit.script(MODELS[sys.argv[1]]()), sys.argv[2])
