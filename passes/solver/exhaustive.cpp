@@ -5,6 +5,7 @@
 #include <queue>
 #include <stdexcept>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "passes/solver/simulator.h"
@@ -14,7 +15,8 @@ namespace {
 
 // All persistent sequences for the sub-chain (s, t): Fall(s) + (s+1,t) + B(s), or
 // Fck(s) F∅(s+1..s'-1) + (s',t) + (s,s'-1) for every split s'.
-std::vector<Schedule> persistentSequences(int s, int t, std::map<std::pair<int, int>, std::vector<Schedule>>& memo) {
+std::vector<Schedule> persistentSequences(
+    int s, int t, std::map<std::pair<int, int>, std::vector<Schedule>>& memo) {
   auto it = memo.find({s, t});
   if (it != memo.end()) return it->second;
   std::vector<Schedule> all;
@@ -50,7 +52,8 @@ std::vector<Schedule> persistentSequences(int s, int t, std::map<std::pair<int, 
 
 SearchResult bestPersistentSequence(const Chain& chain, int64_t limit) {
   validate(chain);
-  if (chain.length() > 8) throw std::invalid_argument("exhaustive persistent search: chain too long");
+  if (chain.length() > 8)
+    throw std::invalid_argument("exhaustive persistent search: chain too long (at most 8 stages)");
   std::map<std::pair<int, int>, std::vector<Schedule>> memo;
   SearchResult best;
   for (const Schedule& seq : persistentSequences(1, chain.length(), memo)) {
@@ -66,45 +69,55 @@ SearchResult bestPersistentSequence(const Chain& chain, int64_t limit) {
 SearchResult bestAnySequence(const Chain& chain, int64_t limit) {
   validate(chain);
   const int L = chain.length();
-  if (L > 12) throw std::invalid_argument("exhaustive search over all sequences: chain too long");
+  if (L > 12)
+    throw std::invalid_argument(
+        "exhaustive search over all sequences: chain too long (at most 12 stages)");
   // State: bit l of `a` = a^l held alone, bit l of `abar` = abar^l held, `delta` = index of the
-  // gradient held (exactly one at any time). Ops are replayed with the simulator's rules on a
-  // one-op schedule from the state's memory, so the rules live in one place only.
+  // gradient held (exactly one at any time). The transitions below are Table 1 exactly as the
+  // simulator applies them (same validity rules, same peak = held + produced + overhead); the
+  // tests replay every schedule found here with the simulator. Among equally fast schedules the
+  // one with the fewest ops wins, so that zero-cost detours do not show up.
   struct State {
     uint32_t a, abar;
     int delta;
-    bool operator<(const State& o) const { return std::tie(a, abar, delta) < std::tie(o.a, o.abar, o.delta); }
+    bool operator<(const State& o) const {
+      return std::tie(a, abar, delta) < std::tie(o.a, o.abar, o.delta);
+    }
   };
   auto memory = [&](const State& st) {
     int64_t held = chain.wd[st.delta];
     for (int l = 0; l <= L; ++l) {
-      if (st.abar >> l & 1) held += chain.wabar[l];
-      else if (st.a >> l & 1) held += chain.wa[l];
+      if (st.abar >> l & 1)
+        held += chain.wabar[l];
+      else if (st.a >> l & 1)
+        held += chain.wa[l];
     }
     return held;
   };
+  using Cost = std::pair<double, int>;  // (time, number of ops)
   struct Entry {
-    double time;
+    Cost cost;
     State state;
-    bool operator>(const Entry& o) const { return time > o.time; }
+    bool operator>(const Entry& o) const { return cost > o.cost; }
   };
-  std::map<State, double> dist;
+  std::map<State, Cost> dist;
   std::map<State, std::pair<State, Op>> parent;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
   const State start{1u, 0u, L};
   if (memory(start) > limit) return {};
-  dist[start] = 0;
-  queue.push({0, start});
+  dist[start] = {0, 0};
+  queue.push({{0, 0}, start});
   while (!queue.empty()) {
     const Entry entry = queue.top();
     queue.pop();
-    if (entry.time > dist[entry.state]) continue;
+    if (entry.cost > dist[entry.state]) continue;
     const State st = entry.state;
     if (st.delta == 0) {
       SearchResult result;
       result.feasible = true;
-      result.time = entry.time;
-      for (State cur = st; !(cur.a == start.a && cur.abar == start.abar && cur.delta == start.delta);) {
+      result.time = entry.cost.first;
+      for (State cur = st;
+           !(cur.a == start.a && cur.abar == start.abar && cur.delta == start.delta);) {
         const auto& [prev, op] = parent.at(cur);
         result.schedule.insert(result.schedule.begin(), op);
         cur = prev;
@@ -118,12 +131,12 @@ SearchResult bestAnySequence(const Chain& chain, int64_t limit) {
       const bool has_a = st.a >> l & 1, has_abar = st.abar >> l & 1;
       auto relax = [&](State next, Op op, int64_t peak, double cost) {
         if (peak > limit) return;
-        const double time = entry.time + cost;
+        const Cost next_cost{entry.cost.first + cost, entry.cost.second + 1};
         auto found = dist.find(next);
-        if (found != dist.end() && found->second <= time) return;
-        dist[next] = time;
+        if (found != dist.end() && found->second <= next_cost) return;
+        dist[next] = next_cost;
         parent[next] = {st, op};
-        queue.push({time, next});
+        queue.push({next_cost, next});
       };
       if (input && !has_abar) {  // Fall(l)
         State next = st;

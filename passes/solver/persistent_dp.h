@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,13 +24,13 @@ namespace jitckpt::solver {
 struct SolveResult {
   bool feasible = false;
   Schedule schedule;
-  double time = 0;          // simulated time of the schedule (equals the DP value)
-  int64_t peak = 0;         // simulated peak with real sizes, <= limit
-  int64_t limit = 0;        // the limit asked for
+  double time = 0;    // simulated time of the schedule (equals the DP value)
+  int64_t peak = 0;   // simulated peak with real sizes, <= limit
+  int64_t limit = 0;  // the limit asked for
   // Smallest limit that works at this slot resolution, or -1 when even the largest limit of the
   // table does not (then solveOptimal looks further).
   int64_t min_feasible_limit = -1;
-  std::string message;      // for an infeasible limit: what to do
+  std::string message;  // for an infeasible limit: what to do
 };
 
 struct CurvePoint {
@@ -41,7 +42,8 @@ class PersistentSolver {
  public:
   // revolve_only: keep only a^l checkpoints, with an Fall right before every B (the paper's
   // heterogeneous "revolve" baseline).
-  PersistentSolver(const Chain& chain, int64_t max_limit, int slots = 500, bool revolve_only = false);
+  PersistentSolver(const Chain& chain, int64_t max_limit, int slots = 500,
+                   bool revolve_only = false);
 
   SolveResult solve(int64_t limit) const;
   // One point per limit (in slot steps) where the optimal time drops.
@@ -51,15 +53,24 @@ class PersistentSolver {
   int64_t minFeasibleLimit() const;  // -1 when none up to maxLimit()
 
  private:
-  float* row(int s, int t) { return table_.data() + rowOffset(s, t); }
-  const float* row(int s, int t) const { return table_.data() + rowOffset(s, t); }
-  size_t rowOffset(int s, int t) const {
-    // Upper triangle s <= t, stored by s: row s holds t = s..L.
-    const size_t before = static_cast<size_t>(s - 1) * (2 * L_ - s + 2) / 2;
-    return (before + static_cast<size_t>(t - s)) * static_cast<size_t>(S_ + 1);
-  }
+  // Row (s,t) of the table, compressed: C[s,t,m] is +inf for m < first, data[offset + m - first]
+  // for first <= m < end, and `min` (the value at m = S) from end on. Rows are non-increasing in
+  // m, and most of a row is the infinite prefix or the constant tail, so storing only the middle
+  // keeps the table a few times smaller (the DP is bound by memory traffic, not arithmetic).
+  // `data` points into chunks_, which never move.
+  struct Row {
+    const float* data = nullptr;
+    int first = 0;
+    int end = 0;
+    float min = 0;
+  };
+  // Column-major triangle: column t holds s = 1..t contiguously.
+  static size_t rowIndex(int s, int t) { return static_cast<size_t>(t) * (t - 1) / 2 + (s - 1); }
+  float value(int s, int t, int m) const;
   int ememSlots(int s, int t) const;
+  int nomemSlots(int s, int t) const { return nomem_[static_cast<size_t>(s) * (L_ + 1) + t]; }
   void build();
+  void computeRow(int s, int t, std::vector<float>& out);
   void backtrack(int s, int t, int m, Schedule& out) const;
 
   Chain chain_;
@@ -68,10 +79,12 @@ class PersistentSolver {
   int64_t slot_ = 1;
   int64_t max_limit_ = 0;
   bool revolve_only_ = false;
-  std::vector<int64_t> wa_, wabar_, wd_, of_, ob_;  // in slots
+  std::vector<int64_t> wa_, wabar_, wd_, of_, ob_;  // in slots, capped at S_ + 1
   std::vector<double> prefix_uf_;                   // prefix_uf_[l] = uf[1] + ... + uf[l]
-  std::vector<int> nomem_;                          // (s,t) -> m_∅ in slots, L x L
-  std::vector<float> table_;
+  std::vector<int> nomem_;                          // (s,t) -> m_∅ in slots, (L+1) x (L+1)
+  std::vector<Row> rows_;
+  std::vector<std::unique_ptr<float[]>> chunks_;
+  size_t chunk_size_ = 0, chunk_used_ = 0;
 };
 
 // Convenience: solve at `limit`; when infeasible, find the smallest limit that works (at the

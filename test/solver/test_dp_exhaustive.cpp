@@ -131,6 +131,8 @@ TEST(PersistentDp, ZeroSizeActivations) {
     PersistentSolver solver(chain, 40, 40);
     const SolveResult dp = solver.solve(limit);
     ASSERT_EQ(dp.feasible, best.feasible) << limit;
-    if (best.feasible) EXPECT_EQ(dp.time, best.time) << limit;
+    if (best.feasible) {
+      EXPECT_EQ(dp.time, best.time) << limit;
+    }
   }
 }
