@@ -1,0 +1,93 @@
+// Counting CPU allocator (see counting_allocator.h): forwards to the previous CPU allocator and
+// wraps each DataPtr in a context that remembers the size, so that the free is counted too.
+#include "runtime/probes/counting_allocator.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
+
+#include <cstring>
+
+namespace jitckpt::probes {
+namespace {
+
+// Owns the inner allocator's DataPtr; deleting it frees the memory through the inner deleter.
+struct CountedContext {
+  c10::DataPtr inner;
+  int64_t nbytes;
+};
+
+}  // namespace
+
+CountingAllocator& CountingAllocator::instance() {
+  static auto* allocator = new CountingAllocator();  // never destroyed, see the header
+  return *allocator;
+}
+
+void CountingAllocator::onAllocate(int64_t nbytes) {
+  allocations_.fetch_add(1);
+  const int64_t now = current_.fetch_add(nbytes) + nbytes;
+  int64_t peak = peak_.load();
+  while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+  }
+}
+
+void CountingAllocator::onFree(int64_t nbytes) {
+  frees_.fetch_add(1);
+  current_.fetch_sub(nbytes);
+}
+
+int64_t CountingAllocator::resetPeak() {
+  const int64_t now = current_.load();
+  peak_.store(now);
+  return now;
+}
+
+void CountingAllocator::deleteCounted(void* context) {
+  auto* counted = static_cast<CountedContext*>(context);
+  instance().onFree(counted->nbytes);
+  delete counted;  // frees the memory through the inner allocator's deleter
+}
+
+c10::DataPtr CountingAllocator::allocate(size_t nbytes) JITCKPT_ALLOCATE_CONST {
+  c10::Allocator* inner = inner_.load();
+  if (inner == nullptr) inner = c10::GetDefaultCPUAllocator();
+  c10::DataPtr data = inner->allocate(nbytes);
+  if (nbytes == 0) return data;  // nothing to count; the default allocator returns nullptr
+  void* address = const_cast<void*>(static_cast<const void*>(data.get()));
+  const c10::Device device = data.device();
+  auto* context = new CountedContext{std::move(data), static_cast<int64_t>(nbytes)};
+  // allocate() is const on LibTorch < 2.3; the counters are atomics.
+  const_cast<CountingAllocator*>(this)->onAllocate(static_cast<int64_t>(nbytes));
+  return c10::DataPtr(address, context, &CountingAllocator::deleteCounted, device);
+}
+
+#if JITCKPT_ALLOCATOR_HAS_COPY_DATA
+void CountingAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
+  std::memcpy(dest, src, count);
+}
+#endif
+
+CountingAllocatorGuard::CountingAllocatorGuard() {
+  CountingAllocator& counting = CountingAllocator::instance();
+  previous_ = c10::GetCPUAllocator();
+  if (previous_ == &counting) return;  // nested: the outer guard restores
+  counting.inner_.store(previous_);
+  // SetAllocator ignores an allocator of lower priority than the installed one; the priorities
+  // are not readable, so try the default first and the highest if that was ignored.
+  for (uint8_t priority : {uint8_t{0}, uint8_t{255}}) {
+    c10::SetCPUAllocator(&counting, priority);
+    if (c10::GetCPUAllocator() == &counting) {
+      priority_ = priority;
+      installed_here_ = true;
+      return;
+    }
+  }
+  TORCH_CHECK(false, "could not install the counting CPU allocator: c10::SetCPUAllocator ",
+              "ignored it (another allocator holds a higher priority)");
+}
+
+CountingAllocatorGuard::~CountingAllocatorGuard() {
+  if (installed_here_) c10::SetCPUAllocator(previous_, priority_);
+}
+
+}  // namespace jitckpt::probes

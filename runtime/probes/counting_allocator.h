@@ -1,0 +1,76 @@
+// Counting CPU allocator: wraps the CPU allocator that was installed before it and counts the
+// bytes of every live CPU allocation, exactly and deterministically (requested sizes, not
+// malloc's rounding). Installed with c10::SetCPUAllocator by CountingAllocatorGuard, which
+// restores the previous allocator when it goes out of scope.
+//
+// What it sees: everything that goes through c10::GetCPUAllocator() (at::empty and every ATen CPU
+// kernel's outputs and temporaries, autograd's saved tensors and gradients). What it does not
+// see: memory that libraries allocate themselves (oneDNN/MKL scratch buffers, the interpreter's
+// own objects, std::vector in C++ code).
+#pragma once
+
+#include <c10/core/Allocator.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "runtime/probes/compat.h"
+
+namespace jitckpt::probes {
+
+class CountingAllocator final : public c10::Allocator {
+ public:
+  // The one instance. It is never destroyed: storages keep a pointer to the allocator that made
+  // them (resize_ allocates through it), possibly long after the guard has uninstalled it.
+  static CountingAllocator& instance();
+
+  c10::DataPtr allocate(size_t nbytes) JITCKPT_ALLOCATE_CONST override;
+#if JITCKPT_ALLOCATOR_HAS_COPY_DATA
+  void copy_data(void* dest, const void* src, std::size_t count) const override;
+#endif
+
+  int64_t currentBytes() const { return current_.load(); }  // bytes of live allocations
+  int64_t peakBytes() const { return peak_.load(); }        // max of currentBytes since resetPeak
+  int64_t allocations() const { return allocations_.load(); }  // allocate calls with nbytes > 0
+  int64_t frees() const { return frees_.load(); }              // of those, how many were freed
+  // Sets the peak to the current live bytes; returns the current live bytes.
+  int64_t resetPeak();
+
+  // The allocator that allocate() forwards to (the one installed before the first guard).
+  c10::Allocator* inner() const { return inner_.load(); }
+
+ private:
+  friend class CountingAllocatorGuard;
+  CountingAllocator() = default;
+  static void deleteCounted(void* context);
+  void onAllocate(int64_t nbytes);
+  void onFree(int64_t nbytes);
+
+  std::atomic<c10::Allocator*> inner_{nullptr};
+  std::atomic<int64_t> current_{0};
+  std::atomic<int64_t> peak_{0};
+  std::atomic<int64_t> allocations_{0};
+  std::atomic<int64_t> frees_{0};
+};
+
+// Installs the counting allocator as the CPU allocator for its lifetime and restores the
+// previous one afterwards. Guards nest: an inner guard finds the counting allocator already
+// installed and leaves it. Memory allocated before installation keeps its own deleter and is
+// freed by the allocator that made it, uncounted. Not for concurrent use from several threads
+// (c10::SetAllocator is not thread-safe); counting itself is.
+class CountingAllocatorGuard {
+ public:
+  CountingAllocatorGuard();
+  ~CountingAllocatorGuard();
+  CountingAllocatorGuard(const CountingAllocatorGuard&) = delete;
+  CountingAllocatorGuard& operator=(const CountingAllocatorGuard&) = delete;
+
+  CountingAllocator& allocator() { return CountingAllocator::instance(); }
+
+ private:
+  c10::Allocator* previous_ = nullptr;
+  uint8_t priority_ = 0;
+  bool installed_here_ = false;
+};
+
+}  // namespace jitckpt::probes
