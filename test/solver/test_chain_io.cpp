@@ -19,7 +19,8 @@ void expectError(const std::string& json, const std::string& words) {
     EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
   }
 }
-const char* kGood = R"({"uf":[0,1,2],"ub":[0,2,4],"wa":[5,6,7],"wabar":[0,8,9],"wd":[5,6,7],"of":[0,1,1],"ob":[0,1,1]})";
+const char* kGood =
+    R"({"uf":[0,1,2],"ub":[0,2,4],"wa":[5,6,7],"wabar":[0,8,9],"wd":[5,6,7],"of":[0,1,1],"ob":[0,1,1]})";
 }  // namespace
 
 TEST(ChainFile, RoundTrip) {
@@ -38,18 +39,24 @@ TEST(ChainFile, RoundTrip) {
 TEST(ChainFile, BadFilesNameFieldAndStage) {
   expectError(R"({"uf":[0],"ub":[0],"wa":[1],"wabar":[0],"wd":[1],"of":[0],"ob":[0]})", "empty");
   expectError(R"({"uf":[0,1],"ub":[0,1],"wa":[1,2],"wabar":[0,2],"wd":[1,2],"of":[0,0]})", "'ob'");
-  expectError(R"({"uf":[0,1],"ub":[0,1],"wa":[1,-2],"wabar":[0,2],"wd":[1,2],"of":[0,0],"ob":[0,0]})",
-              "'wa' at stage 1");
-  expectError(R"({"uf":[0,1],"ub":[0,1],"wa":[1,"x"],"wabar":[0,2],"wd":[1,2],"of":[0,0],"ob":[0,0]})",
-              "'wa' at stage 1");
-  expectError(R"({"uf":[0,1,2],"ub":[0,1],"wa":[1,2,3],"wabar":[0,2,3],"wd":[1,2,3],"of":[0,0,0],"ob":[0,0,0]})",
-              "'ub' has 2 entries");
-  expectError(R"({"uf":[0,1],"ub":[0,1],"wa":[1,5],"wabar":[0,2],"wd":[1,2],"of":[0,0],"ob":[0,0]})",
-              "'wabar' at stage 1");
-  expectError(R"({"uf":[0,1],"ub":[0,1],"wa":[1,2.5],"wabar":[0,3],"wd":[1,2],"of":[0,0],"ob":[0,0]})",
-              "'wa' at stage 1");
-  expectError(R"({"uf":[0,1],"ub":[0,"slow"],"wa":[1,2],"wabar":[0,3],"wd":[1,2],"of":[0,0],"ob":[0,0]})",
-              "'ub' at stage 1");
+  expectError(
+      R"({"uf":[0,1],"ub":[0,1],"wa":[1,-2],"wabar":[0,2],"wd":[1,2],"of":[0,0],"ob":[0,0]})",
+      "'wa' at stage 1");
+  expectError(
+      R"({"uf":[0,1],"ub":[0,1],"wa":[1,"x"],"wabar":[0,2],"wd":[1,2],"of":[0,0],"ob":[0,0]})",
+      "'wa' at stage 1");
+  expectError(
+      R"({"uf":[0,1,2],"ub":[0,1],"wa":[1,2,3],"wabar":[0,2,3],"wd":[1,2,3],"of":[0,0,0],"ob":[0,0,0]})",
+      "'ub' has 2 entries");
+  expectError(
+      R"({"uf":[0,1],"ub":[0,1],"wa":[1,5],"wabar":[0,2],"wd":[1,2],"of":[0,0],"ob":[0,0]})",
+      "'wabar' at stage 1");
+  expectError(
+      R"({"uf":[0,1],"ub":[0,1],"wa":[1,2.5],"wabar":[0,3],"wd":[1,2],"of":[0,0],"ob":[0,0]})",
+      "'wa' at stage 1");
+  expectError(
+      R"({"uf":[0,1],"ub":[0,"slow"],"wa":[1,2],"wabar":[0,3],"wd":[1,2],"of":[0,0],"ob":[0,0]})",
+      "'ub' at stage 1");
   expectError("[1,2]", "JSON object");
   expectError("{not json", "not valid JSON");
   EXPECT_THROW(readChainFile("/nonexistent/chain.json"), std::invalid_argument);

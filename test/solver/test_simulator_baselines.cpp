@@ -51,7 +51,8 @@ TEST(Simulator, NoneReplacesOnlyALoneInput) {
   const SimulationResult r =
       simulate(c, parseSchedule("Fall(1) Fn(2) Fn(3) Fall(3) B(3) Fall(2) B(2) B(1)"));
   EXPECT_FALSE(r.valid);  // Fall(3) needs a^2, replaced by F∅(3)
-  const SimulationResult ok = simulate(c, parseSchedule("Fall(1) Fck(2) Fall(3) B(3) Fall(2) B(2) B(1)"));
+  const SimulationResult ok =
+      simulate(c, parseSchedule("Fall(1) Fck(2) Fall(3) B(3) Fall(2) B(2) B(1)"));
   EXPECT_TRUE(ok.valid && ok.complete) << ok.reason;
 }
 
@@ -70,8 +71,10 @@ TEST(Baselines, ValidAndNeverBetterThanTheDp) {
       EXPECT_LE(dp.time, sim.time);
     }
     const int64_t top = simulate(chain, baselines[0]).peak;
+    const PersistentSolver revolve_solver(chain, top, static_cast<int>(top), /*revolve_only=*/true);
+    const PersistentSolver optimal_solver(chain, top, static_cast<int>(top));
     for (int64_t limit = top / 3; limit <= top; limit += std::max<int64_t>(1, top / 10)) {
-      const SolveResult revolve = solveRevolve(chain, limit, static_cast<int>(top));
+      const SolveResult revolve = revolve_solver.solve(limit);
       if (!revolve.feasible) continue;
       const SimulationResult sim = simulate(chain, revolve.schedule);
       ASSERT_TRUE(sim.valid && sim.complete) << sim.reason;
@@ -83,7 +86,7 @@ TEST(Baselines, ValidAndNeverBetterThanTheDp) {
           EXPECT_EQ(revolve.schedule[i - 1], (Op{OpKind::ForwardAll, revolve.schedule[i].stage}));
         }
       }
-      const SolveResult dp = solveOptimal(chain, limit, static_cast<int>(top));
+      const SolveResult dp = optimal_solver.solve(limit);
       ASSERT_TRUE(dp.feasible);
       EXPECT_LE(dp.time, revolve.time);
     }
