@@ -6,13 +6,24 @@
 // 2. Cuts: a position between two top-level nodes is a valid cut when every value live across it
 //    (defined before, used after) is a tensor, apart from lifted values and immutable scalars
 //    defined before the chain. Nested blocks are never split: they are single top-level nodes.
-//    Only cuts carrying the fewest tensors are kept (one in CNNs; the mask and the hidden state
-//    in transformers).
-// 3. Granularity: a stage must hold at least one "anchor" op (convolution, matmul, norm, pool,
-//    ...), so that a lone relu never becomes a stage; optionally at most `max_stages`, balanced by
-//    anchor count. Cuts whose boundary is later written in place (relu_, add_) are skipped when
-//    another cut can take their place; if one must stay, the stage that writes is marked
-//    `writes_activation_input` and the runtime copies its input before running it.
+//    Only cuts carrying the fewest tensors are kept (one in CNNs, so never inside a residual block
+//    where the identity is live too; the mask and the hidden state in transformers).
+// 3. Granularity rule: a stage holds at least one heavy op (convolution, linear, matmul, ...;
+//    norms, activations and pooling are not heavy), and at most one cut sits in each gap between
+//    two consecutive heavy ops: the latest one, just before the next heavy op, so the norm,
+//    activation and pooling that follow a layer stay in its stage. In a ResNet the only
+//    one-tensor cuts are between blocks, which gives one stage per residual block plus the stem
+//    and the classifier. `max_stages` then keeps the cuts that best balance the heavy-op count.
+// 4. In-place writes: a cut whose boundary a later node writes in place (relu_, add_) is replaced
+//    by the latest unwritten cut of the same gap when one exists; otherwise it stays and the stage
+//    that writes is marked `writes_activation_input`, so the runtime copies its input and the
+//    stored checkpoint is never corrupted. Writes are judged with AliasDb in the method graph, so
+//    a write through a view or alias of a boundary tensor counts too. Writes to attributes
+//    (BatchNorm running statistics, num_batches_tracked) are not activation writes: they are
+//    listed in Stage::mutated_lifted.
+// 5. Views: a boundary tensor may be a view of an earlier, otherwise dead tensor; it is kept as is
+//    (its checkpoint keeps the base storage alive, so its size is a lower bound) and writes through
+//    any alias are caught by step 4. Two boundary tensors that alias each other are each counted.
 #include "passes/partition.h"
 
 #include <torch/csrc/jit/ir/alias_analysis.h>
@@ -50,15 +61,29 @@ bool isImmutableScalar(const Value* v) {
   }
 }
 
+// Heavy ops carry the compute and the parameters of a layer; every stage holds at least one.
 bool isAnchor(const Node* n) {
-  static const std::unordered_set<std::string> kinds = {
-      "aten::_convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution",
-      "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d", "aten::linear",
-      "aten::matmul", "aten::mm", "aten::bmm", "aten::addmm", "aten::batch_norm",
-      "aten::layer_norm", "aten::group_norm", "aten::instance_norm", "aten::max_pool2d",
-      "aten::avg_pool2d", "aten::adaptive_avg_pool2d", "aten::max_pool1d", "aten::max_pool3d",
-      "aten::embedding", "aten::lstm", "aten::gru", "aten::scaled_dot_product_attention",
-      "aten::einsum"};
+  static const std::unordered_set<std::string> kinds = {"aten::_convolution",
+                                                        "aten::conv1d",
+                                                        "aten::conv2d",
+                                                        "aten::conv3d",
+                                                        "aten::convolution",
+                                                        "aten::conv_transpose1d",
+                                                        "aten::conv_transpose2d",
+                                                        "aten::conv_transpose3d",
+                                                        "aten::linear",
+                                                        "aten::matmul",
+                                                        "aten::mm",
+                                                        "aten::bmm",
+                                                        "aten::addmm",
+                                                        "aten::baddbmm",
+                                                        "aten::embedding",
+                                                        "aten::lstm",
+                                                        "aten::gru",
+                                                        "aten::rnn_tanh",
+                                                        "aten::rnn_relu",
+                                                        "aten::scaled_dot_product_attention",
+                                                        "aten::einsum"};
   if (kinds.count(n->kind().toQualString())) return true;
   for (const auto* block : n->blocks()) {
     for (const Node* inner : block->nodes()) {
@@ -126,8 +151,9 @@ void hoistAttributesAndConstants(Graph& graph) {
                     "' (prim::SetAttr); jitckpt cannot lift attributes that forward changes. "
                     "Move the assignment out of forward");
       }
-      const bool from_self = cur->kind() == prim::GetAttr &&
-                             (cur->input(0) == graph.inputs()[0] || attribute_values.count(cur->input(0)));
+      const bool from_self =
+          cur->kind() == prim::GetAttr &&
+          (cur->input(0) == graph.inputs()[0] || attribute_values.count(cur->input(0)));
       if (from_self) attribute_values.insert(cur->output());
       if (from_self || (cur->kind() == prim::Constant && cur->owningBlock() == graph.block())) {
         movable.push_back(cur);
@@ -160,11 +186,96 @@ std::vector<size_t> directlyWrittenInputs(const Node* n) {
   return written;
 }
 
+// Whether `n` or a node nested in it writes in place a tensor that may alias one of `values`.
+// Writes to attributes (running statistics, num_batches_tracked) are left out: attributes are
+// lifted, never activations, yet AliasDb keeps them in the wildcard set together with every
+// tensor that was stored in a list (DenseNet's feature list), so writesToAlias would flag every
+// BatchNorm in such a model. Nodes without a schema fall back to AliasDb's answer.
+bool writesToActivation(Node* n, const torch::jit::ValueSet& values,
+                        const torch::jit::AliasDb& alias_db) {
+  if (!n->blocks().empty()) {
+    for (auto* block : n->blocks()) {
+      for (Node* inner : block->nodes()) {
+        if (writesToActivation(inner, values, alias_db)) return true;
+      }
+    }
+    return false;
+  }
+  if (!n->maybeSchema()) return alias_db.writesToAlias(n, values);
+  for (size_t a : directlyWrittenInputs(n)) {
+    Value* written = n->input(a);
+    if (written->node()->kind() == prim::GetAttr) continue;
+    for (const Value* v : values) {
+      if (alias_db.mayAlias(written, v)) return true;
+    }
+  }
+  return false;
+}
+
 struct Cut {
-  size_t position;            // index into `nodes`: the cut is before nodes[position]
-  std::vector<Value*> live;   // boundary tensors, in a stable order
-  bool written_later = false; // a later node writes a boundary tensor in place
+  size_t position;             // index into `nodes`: the cut is before nodes[position]
+  std::vector<Value*> live;    // boundary tensors, in a stable order
+  bool written_later = false;  // a later node writes a boundary tensor in place
 };
+
+// Stage labels from the modules whose parameters a stage reads: their common attribute path
+// ("layer1.0" for a ResNet block), or, when that path is empty or not unique to the stage
+// (DenseNet's "features"), the range of its children that the stage covers
+// ("features.denseblock1..transition1", "conv1..bn1" for a ResNet stem).
+void labelStagesByModule(Partition& partition) {
+  auto split = [](const std::string& path) {
+    std::vector<std::string> parts;
+    size_t start = 0;
+    for (size_t dot; (dot = path.find('.', start)) != std::string::npos; start = dot + 1) {
+      parts.push_back(path.substr(start, dot - start));
+    }
+    parts.push_back(path.substr(start));
+    return parts;
+  };
+  auto join = [](const std::vector<std::string>& parts, size_t count) {
+    std::string path;
+    for (size_t i = 0; i < count; ++i) path += (i ? "." : "") + parts[i];
+    return path;
+  };
+  std::vector<std::vector<std::vector<std::string>>> owners(partition.stages.size());
+  for (size_t s = 0; s < partition.stages.size(); ++s) {
+    for (size_t k : partition.stages[s].lifted) {
+      if (partition.lifted[k].kind != LiftedKind::Parameter) continue;
+      auto parts = split(partition.lifted[k].name);
+      parts.pop_back();  // "weight", "bias"
+      if (!parts.empty()) owners[s].push_back(parts);
+    }
+  }
+  auto isUnder = [](const std::vector<std::string>& path, const std::vector<std::string>& prefix,
+                    size_t n) {
+    return path.size() >= n && std::equal(prefix.begin(), prefix.begin() + n, path.begin());
+  };
+  for (size_t s = 0; s < owners.size(); ++s) {
+    if (owners[s].empty()) continue;
+    const auto& head = owners[s].front();
+    size_t common = head.size();
+    for (const auto& o : owners[s]) {
+      size_t c = 0;
+      while (c < common && c < o.size() && o[c] == head[c]) ++c;
+      common = c;
+    }
+    bool unique = common > 0;
+    for (size_t t = 0; t < owners.size() && unique; ++t) {
+      if (t == s) continue;
+      for (const auto& o : owners[t]) unique = unique && !isUnder(o, head, common);
+    }
+    if (unique) {
+      partition.stages[s].label = join(head, common);
+      continue;
+    }
+    const auto& tail = owners[s].back();
+    std::string label = join(head, std::min(common + 1, head.size()));
+    if (tail.size() > common && tail[common] != head[std::min(common, head.size() - 1)]) {
+      label += ".." + tail[common];
+    }
+    partition.stages[s].label = label;
+  }
+}
 
 }  // namespace
 
@@ -187,8 +298,9 @@ Partition partitionGraph(std::shared_ptr<Graph> graph, const PartitionOptions& o
   const size_t end = nodes.size();  // position of the return node
 
   auto isHoisted = [&](const Value* v) {
-    return v == self || ((v->node()->kind() == prim::GetAttr || v->node()->kind() == prim::Constant) &&
-                         v->node()->owningBlock() == top && !index.count(v->node()));
+    return v == self ||
+           ((v->node()->kind() == prim::GetAttr || v->node()->kind() == prim::Constant) &&
+            v->node()->owningBlock() == top && !index.count(v->node()));
   };
   // Last top-level position that uses each value (end for the return node).
   auto lastUse = [&](const Value* v) {
@@ -258,36 +370,42 @@ Partition partitionGraph(std::shared_ptr<Graph> graph, const PartitionOptions& o
   }
   for (Cut& c : kept) {
     for (size_t i = c.position; i < end && !c.written_later; ++i) {
-      c.written_later = alias_db.writesToAlias(nodes[i], torch::jit::ValueSet(c.live.begin(), c.live.end()));
+      c.written_later = writesToActivation(
+          nodes[i], torch::jit::ValueSet(c.live.begin(), c.live.end()), alias_db);
     }
   }
 
-  TORCH_CHECK(!kept.empty(), "partition: no position in forward has only tensors live; "
+  TORCH_CHECK(!kept.empty(),
+              "partition: no position in forward has only tensors live; "
               "jitckpt needs a tensor flowing through the model");
   // Anchor counts between positions.
   std::vector<int> anchors_before(end + 1, 0);
-  for (size_t i = 0; i < end; ++i) anchors_before[i + 1] = anchors_before[i] + (isAnchor(nodes[i]) ? 1 : 0);
+  for (size_t i = 0; i < end; ++i)
+    anchors_before[i + 1] = anchors_before[i] + (isAnchor(nodes[i]) ? 1 : 0);
   auto anchorsBetween = [&](size_t a, size_t b) { return anchors_before[b] - anchors_before[a]; };
 
-  // The chain spans from the first to the last kept cut; choose inner cuts greedily.
+  // The chain spans from the first to the last kept cut. Inner cuts: one per gap between two
+  // consecutive heavy ops (kept cuts with the same heavy-op count before them), none before the
+  // first or after the last heavy op; in each gap the latest cut, or with
+  // move_cuts_off_inplace_writes the latest one whose boundary is never written in place.
   const size_t first = kept.front().position, last = kept.back().position;
   std::vector<const Cut*> chosen{&kept.front()};
-  for (size_t k = 1; k + 1 < kept.size(); ++k) {
-    const Cut& c = kept[k];
-    if (anchorsBetween(chosen.back()->position, c.position) == 0) continue;
-    if (anchorsBetween(c.position, last) == 0) continue;
-    if (c.written_later && options.move_cuts_off_inplace_writes) {
-      // Prefer a later cut in the same gap (before the next anchor) that is not written.
-      bool replaced = false;
-      for (size_t j = k + 1; j + 1 < kept.size() && anchorsBetween(c.position, kept[j].position) == 0; ++j) {
-        if (!kept[j].written_later) {
-          replaced = true;
-          break;
-        }
-      }
-      if (replaced) continue;
+  for (size_t k = 1; k + 1 < kept.size();) {
+    size_t gap_end = k;
+    while (gap_end + 1 < kept.size() &&
+           anchors_before[kept[gap_end].position] == anchors_before[kept[k].position]) {
+      ++gap_end;
     }
-    chosen.push_back(&c);
+    const Cut* pick = &kept[gap_end - 1];
+    if (options.move_cuts_off_inplace_writes) {
+      for (size_t j = k; j < gap_end; ++j) {
+        if (!kept[j].written_later) pick = &kept[j];
+      }
+    }
+    if (anchorsBetween(first, pick->position) > 0 && anchorsBetween(pick->position, last) > 0) {
+      chosen.push_back(pick);
+    }
+    k = gap_end;
   }
   if (kept.size() > 1 && last > first) chosen.push_back(&kept.back());
 
@@ -312,10 +430,12 @@ Partition partitionGraph(std::shared_ptr<Graph> graph, const PartitionOptions& o
   }
 
   if (chosen.size() <= 2 || anchorsBetween(first, last) == 0) {
-    // No usable cut: the whole region between the first and last tensor-only positions is one stage.
+    // No usable cut: the whole region between the first and last tensor-only positions is one
+    // stage.
     chosen = {&kept.front(), &kept.back()};
     if (first == last) {
-      TORCH_CHECK(false, "partition: forward has no two positions where only tensors are live, so "
+      TORCH_CHECK(false,
+                  "partition: forward has no two positions where only tensors are live, so "
                   "there is no chain to checkpoint (is forward a single operation?)");
     }
     warnOnce("no usable cut: no position inside the chain carries only " + std::to_string(fewest) +
@@ -335,7 +455,8 @@ Partition partitionGraph(std::shared_ptr<Graph> graph, const PartitionOptions& o
       lifted.kind = attributeKind(v);
       // The same attribute read twice (inlined twice) is one lifted input.
       for (size_t k = 0; k < partition.lifted.size(); ++k) {
-        if (partition.lifted[k].name == lifted.name && partition.lifted[k].value->node()->kind() == prim::GetAttr) {
+        if (partition.lifted[k].name == lifted.name &&
+            partition.lifted[k].value->node()->kind() == prim::GetAttr) {
           lifted_index[v] = k;
           return k;
         }
@@ -380,9 +501,10 @@ Partition partitionGraph(std::shared_ptr<Graph> graph, const PartitionOptions& o
         return copy->output();
       }
       auto lifted = liftedOf(v);
-      TORCH_CHECK(lifted, "partition: stage ", s, " reads value %", v->debugName(),
-                  " that is neither a boundary tensor, an attribute, nor a scalar defined before the "
-                  "chain; please report this model");
+      TORCH_CHECK(
+          lifted, "partition: stage ", s, " reads value %", v->debugName(),
+          " that is neither a boundary tensor, an attribute, nor a scalar defined before the "
+          "chain; please report this model");
       for (size_t k = 0; k < stage.lifted.size(); ++k) {
         if (stage.lifted[k] == *lifted) {
           map[v] = g.inputs()[stage.num_activation_inputs + k];
@@ -399,7 +521,8 @@ Partition partitionGraph(std::shared_ptr<Graph> graph, const PartitionOptions& o
     for (size_t i = in.position; i < out.position; ++i) {
       Node* copy = g.createClone(nodes[i], env);
       g.appendNode(copy);
-      for (size_t o = 0; o < nodes[i]->outputs().size(); ++o) map[nodes[i]->output(o)] = copy->output(o);
+      for (size_t o = 0; o < nodes[i]->outputs().size(); ++o)
+        map[nodes[i]->output(o)] = copy->output(o);
       // Values defined inside nested blocks are mapped by createClone itself.
     }
     for (Value* v : out.live) g.registerOutput(env(v));
@@ -423,38 +546,22 @@ Partition partitionGraph(std::shared_ptr<Graph> graph, const PartitionOptions& o
           }
         }
       }
-      if (alias_db.writesToAlias(nodes[i], torch::jit::ValueSet(in.live.begin(), in.live.end()))) {
+      if (writesToActivation(nodes[i], torch::jit::ValueSet(in.live.begin(), in.live.end()),
+                             alias_db)) {
         stage.writes_activation_input = true;
       }
     }
     torch::jit::EliminateDeadCode(stage.graph);
-    // Label: the module path shared by the stage's parameters, else its anchor ops.
-    std::string label;
-    for (size_t k : stage.lifted) {
-      const LiftedInput& l = partition.lifted[k];
-      if (l.kind != LiftedKind::Parameter) continue;
-      const auto dot = l.name.rfind('.');
-      std::string owner = dot == std::string::npos ? l.name : l.name.substr(0, dot);
-      if (label.empty()) {
-        label = owner;
-      } else {
-        size_t common = 0;
-        while (common < label.size() && common < owner.size() && label[common] == owner[common]) ++common;
-        label = label.substr(0, common);
-        while (!label.empty() && (label.back() == '.' || label.back() == '_')) label.pop_back();
-      }
+    // Label fallback for stages without parameters: the kind of its first heavy op.
+    for (const Node* n : g.nodes()) {
+      if (isAnchor(n) || (stage.label.empty() && n->kind().is_aten()))
+        stage.label = n->kind().toUnqualString();
+      if (isAnchor(n)) break;
     }
-    if (label.empty()) {
-      for (const Node* n : g.nodes()) {
-        if (isAnchor(n) || n->kind().is_aten()) {
-          label = n->kind().toUnqualString();
-          if (isAnchor(n)) break;
-        }
-      }
-    }
-    stage.label = label.empty() ? "stage" + std::to_string(s) : label;
+    if (stage.label.empty()) stage.label = "stage" + std::to_string(s);
     partition.stages.push_back(std::move(stage));
   }
+  labelStagesByModule(partition);
   return partition;
 }
 

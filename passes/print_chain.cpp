@@ -27,9 +27,12 @@ std::string describeValue(const torch::jit::Value* value) {
 
 std::string toString(LiftedKind kind) {
   switch (kind) {
-    case LiftedKind::Parameter: return "parameter";
-    case LiftedKind::Buffer: return "buffer";
-    case LiftedKind::Scalar: return "scalar";
+    case LiftedKind::Parameter:
+      return "parameter";
+    case LiftedKind::Buffer:
+      return "buffer";
+    case LiftedKind::Scalar:
+      return "scalar";
   }
   return "?";
 }
@@ -37,6 +40,22 @@ std::string toString(LiftedKind kind) {
 namespace {
 void printValues(std::ostream& out, const std::vector<torch::jit::Value*>& values) {
   for (size_t i = 0; i < values.size(); ++i) out << (i ? ", " : "") << describeValue(values[i]);
+}
+// One node per line, nested blocks indented below their node; constants are left out (their
+// values are in the stage graph).
+void printNode(std::ostream& out, const torch::jit::Node* n, int indent) {
+  if (n->kind() == c10::prim::Constant) return;
+  out << std::string(indent, ' ');
+  for (size_t o = 0; o < n->outputs().size(); ++o)
+    out << (o ? ", " : "") << "%" << n->output(o)->debugName();
+  out << (n->outputs().empty() ? "" : " = ") << n->kind().toQualString() << "(";
+  for (size_t i = 0; i < n->inputs().size(); ++i)
+    out << (i ? ", " : "") << "%" << n->input(i)->debugName();
+  out << ")\n";
+  for (size_t b = 0; b < n->blocks().size(); ++b) {
+    out << std::string(indent + 2, ' ') << "block" << b << ":\n";
+    for (const torch::jit::Node* inner : n->blocks()[b]->nodes()) printNode(out, inner, indent + 4);
+  }
 }
 }  // namespace
 
@@ -58,8 +77,8 @@ void printPartition(std::ostream& out, const Partition& partition) {
     out << "stage " << s << " \"" << stage.label << "\"";
     if (stage.writes_activation_input) out << " writes-input";
     out << "\n  inputs: ";
-    std::vector<torch::jit::Value*> inputs(stage.graph->inputs().begin(),
-                                           stage.graph->inputs().begin() + stage.num_activation_inputs);
+    std::vector<torch::jit::Value*> inputs(
+        stage.graph->inputs().begin(), stage.graph->inputs().begin() + stage.num_activation_inputs);
     printValues(out, inputs);
     out << "\n  lifted:";
     for (size_t k : stage.lifted) out << " [" << k << "]";
@@ -68,17 +87,11 @@ void printPartition(std::ostream& out, const Partition& partition) {
       for (size_t k : stage.mutated_lifted) out << " " << partition.lifted[k].name;
     }
     out << "\n  outputs: ";
-    std::vector<torch::jit::Value*> outputs(stage.graph->outputs().begin(), stage.graph->outputs().end());
+    std::vector<torch::jit::Value*> outputs(stage.graph->outputs().begin(),
+                                            stage.graph->outputs().end());
     printValues(out, outputs);
     out << "\n  nodes:\n";
-    for (const torch::jit::Node* n : stage.graph->nodes()) {
-      if (n->kind() == c10::prim::Constant) continue;
-      out << "    ";
-      for (size_t o = 0; o < n->outputs().size(); ++o) out << (o ? ", " : "") << "%" << n->output(o)->debugName();
-      out << (n->outputs().empty() ? "" : " = ") << n->kind().toQualString() << "(";
-      for (size_t i = 0; i < n->inputs().size(); ++i) out << (i ? ", " : "") << "%" << n->input(i)->debugName();
-      out << ")\n";
-    }
+    for (const torch::jit::Node* n : stage.graph->nodes()) printNode(out, n, 4);
   }
 }
 

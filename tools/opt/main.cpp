@@ -1,11 +1,10 @@
 // jitckpt-opt: runs one pass on TorchScript IR text or a saved module and prints the result in a
 // stable text form, for lit/FileCheck tests (as mlir-opt does).
-#include <CLI/CLI.hpp>
-
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
 
+#include <CLI/CLI.hpp>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -14,11 +13,14 @@
 #include "passes/print_chain.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"jitckpt-opt: run a jitckpt pass on IR text (.ir) or a saved TorchScript file (.pt)"};
+  CLI::App app{
+      "jitckpt-opt: run a jitckpt pass on IR text (.ir) or a saved TorchScript file (.pt)"};
   std::string input, pass = "partition";
   int max_stages = 0;
-  app.add_option("input", input, "IR text file, saved TorchScript file, or - for IR on stdin")->required();
-  app.add_option("--pass", pass, "inline | partition")->check(CLI::IsMember({"inline", "partition"}));
+  app.add_option("input", input, "IR text file, saved TorchScript file, or - for IR on stdin")
+      ->required();
+  app.add_option("--pass", pass, "inline | partition")
+      ->check(CLI::IsMember({"inline", "partition"}));
   app.add_option("--max-stages", max_stages, "partition: at most this many stages (0: no limit)");
   bool keep_inplace_cuts = false;
   app.add_flag("--keep-inplace-cuts", keep_inplace_cuts,
