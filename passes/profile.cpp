@@ -115,9 +115,11 @@ class StageRunner {
         continue;
       }
       auto copy = buffer_copies_[l - 1].find(k);
-      stack.emplace_back(copy != buffer_copies_[l - 1].end()
-                             ? copy->second
-                             : arguments_.lifted_tensors.at(position));
+      const at::Tensor& t = copy != buffer_copies_[l - 1].end()
+                                ? copy->second
+                                : arguments_.lifted_tensors.at(position);
+      // An Optional[Tensor] attribute holding None (conv bias=False) reaches the stage as None.
+      stack.push_back(t.defined() ? c10::IValue(t) : c10::IValue());
     }
     try {
       torch::AutoGradMode grad_mode(record);
@@ -141,7 +143,7 @@ class StageRunner {
     for (size_t k : plan_.stages.at(l - 1).lifted) {
       if (plan_.lifted_kinds[k] == LiftedKind::Scalar) continue;
       const at::Tensor& t = arguments_.lifted_tensors.at(plan_.lifted_position[k]);
-      if (t.requires_grad()) out.push_back(t);
+      if (t.defined() && t.requires_grad()) out.push_back(t);
     }
     return out;
   }
@@ -295,9 +297,10 @@ ChainArguments prologueArguments(const torch::jit::Module& module, const Partiti
     if (l.kind == LiftedKind::Scalar) {
       arguments.lifted_scalars.push_back(v);
     } else {
-      TORCH_CHECK(v.isTensor(), "attribute '", l.name, "' is a ", v.tagKind(),
+      // None: an Optional[Tensor] attribute without a value, kept as an undefined tensor.
+      TORCH_CHECK(v.isTensor() || v.isNone(), "attribute '", l.name, "' is a ", v.tagKind(),
                   " at run time, where the partition expected a tensor");
-      arguments.lifted_tensors.push_back(v.toTensor());
+      arguments.lifted_tensors.push_back(v.isNone() ? at::Tensor() : v.toTensor());
     }
   }
   return arguments;

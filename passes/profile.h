@@ -53,7 +53,8 @@ namespace jitckpt {
 // Partition::lifted order (Plan::lifted_position indexes into these).
 struct ChainArguments {
   std::vector<at::Tensor> inputs;  // detached; requires_grad as computed by the prologue
-  std::vector<at::Tensor> lifted_tensors;
+  std::vector<at::Tensor>
+      lifted_tensors;  // undefined for an Optional[Tensor] attribute that is None
   std::vector<c10::IValue> lifted_scalars;
 };
 

@@ -1,11 +1,14 @@
 // Counting CPU allocator (see counting_allocator.h): forwards to the previous CPU allocator and
-// wraps each DataPtr in a context that remembers the size, so that the free is counted too.
+// remembers each allocation's size, so that the free is counted too. Allocations keep the raw
+// form (context == data, one deleter) when the inner allocator has it, because oneDNN uses the
+// raw interface; otherwise the inner DataPtr is wrapped in a context that carries the size.
 #include "runtime/probes/counting_allocator.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
 #include <cstring>
+#include <optional>
 
 namespace jitckpt::probes {
 namespace {
@@ -42,10 +45,39 @@ int64_t CountingAllocator::resetPeak() {
   return now;
 }
 
-void CountingAllocator::deleteCounted(void* context) {
+void CountingAllocator::deleteWithContext(void* context) {
   auto* counted = static_cast<CountedContext*>(context);
   instance().onFree(counted->nbytes);
   delete counted;  // frees the memory through the inner allocator's deleter
+}
+
+void CountingAllocator::deleteRaw(void* data) {
+  CountingAllocator& self = instance();
+  std::optional<RawEntry> entry;
+  {
+    std::lock_guard<std::mutex> lock(self.raw_mutex_);
+    auto it = self.raw_.find(data);
+    if (it != self.raw_.end()) {
+      entry = it->second;
+      self.raw_.erase(it);
+    }
+  }
+  if (entry) {
+    self.onFree(entry->nbytes);
+    entry->inner_deleter(data);
+    return;
+  }
+  // Raw memory from before installation, freed through this allocator's raw_deleter().
+  c10::Allocator* inner = self.inner_.load();
+  const c10::DeleterFnPtr deleter = inner != nullptr ? inner->raw_deleter() : nullptr;
+  TORCH_CHECK(deleter != nullptr, "counting allocator: cannot free raw memory it did not allocate");
+  deleter(data);
+}
+
+c10::DeleterFnPtr CountingAllocator::raw_deleter() const {
+  c10::Allocator* inner = inner_.load();
+  if (inner == nullptr) inner = c10::GetDefaultCPUAllocator();
+  return inner->raw_deleter() != nullptr ? &CountingAllocator::deleteRaw : nullptr;
 }
 
 c10::DataPtr CountingAllocator::allocate(size_t nbytes) JITCKPT_ALLOCATE_CONST {
@@ -55,10 +87,28 @@ c10::DataPtr CountingAllocator::allocate(size_t nbytes) JITCKPT_ALLOCATE_CONST {
   if (nbytes == 0) return data;  // nothing to count; the default allocator returns nullptr
   void* address = const_cast<void*>(static_cast<const void*>(data.get()));
   const c10::Device device = data.device();
-  auto* context = new CountedContext{std::move(data), static_cast<int64_t>(nbytes)};
-  // allocate() is const on LibTorch < 2.3; the counters are atomics.
-  const_cast<CountingAllocator*>(this)->onAllocate(static_cast<int64_t>(nbytes));
-  return c10::DataPtr(address, context, &CountingAllocator::deleteCounted, device);
+  const auto size = static_cast<int64_t>(nbytes);
+  // allocate() is const on LibTorch < 2.3; the counters are atomics, the map has its mutex.
+  auto* self = const_cast<CountingAllocator*>(this);
+  const c10::DeleterFnPtr inner_raw = inner->raw_deleter();
+  if (inner_raw != nullptr && data.get_context() == address && data.get_deleter() == inner_raw) {
+    data.release_context();  // from here on deleteRaw frees it through inner_raw
+    int64_t stale = 0;       // an entry whose free went past this allocator (see the header)
+    {
+      std::lock_guard<std::mutex> lock(raw_mutex_);
+      auto [it, inserted] = raw_.try_emplace(address, RawEntry{size, inner_raw});
+      if (!inserted) {
+        stale = it->second.nbytes;
+        it->second = RawEntry{size, inner_raw};
+      }
+    }
+    if (stale != 0) self->onFree(stale);
+    self->onAllocate(size);
+    return c10::DataPtr(address, address, &CountingAllocator::deleteRaw, device);
+  }
+  auto* context = new CountedContext{std::move(data), size};
+  self->onAllocate(size);
+  return c10::DataPtr(address, context, &CountingAllocator::deleteWithContext, device);
 }
 
 #if JITCKPT_ALLOCATOR_HAS_COPY_DATA

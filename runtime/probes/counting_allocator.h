@@ -13,6 +13,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
+#include <unordered_map>
 
 #include "runtime/probes/compat.h"
 
@@ -25,6 +27,10 @@ class CountingAllocator final : public c10::Allocator {
   static CountingAllocator& instance();
 
   c10::DataPtr allocate(size_t nbytes) JITCKPT_ALLOCATE_CONST override;
+  // Supports the raw interface (raw_allocate/raw_deallocate) whenever the inner allocator does:
+  // oneDNN (ideep) allocates its buffers through it, and frees through whatever CPU allocator is
+  // installed at that moment, including memory it got before the guard installed this one.
+  c10::DeleterFnPtr raw_deleter() const override;
 #if JITCKPT_ALLOCATOR_HAS_COPY_DATA
   void copy_data(void* dest, const void* src, std::size_t count) const override;
 #endif
@@ -42,7 +48,8 @@ class CountingAllocator final : public c10::Allocator {
  private:
   friend class CountingAllocatorGuard;
   CountingAllocator() = default;
-  static void deleteCounted(void* context);
+  static void deleteWithContext(void* context);
+  static void deleteRaw(void* data);
   void onAllocate(int64_t nbytes);
   void onFree(int64_t nbytes);
 
@@ -51,13 +58,22 @@ class CountingAllocator final : public c10::Allocator {
   std::atomic<int64_t> peak_{0};
   std::atomic<int64_t> allocations_{0};
   std::atomic<int64_t> frees_{0};
+  // Raw allocations (context == data): their sizes and the inner deleter, by address.
+  struct RawEntry {
+    int64_t nbytes;
+    c10::DeleterFnPtr inner_deleter;
+  };
+  mutable std::mutex raw_mutex_;
+  mutable std::unordered_map<void*, RawEntry> raw_;
 };
 
 // Installs the counting allocator as the CPU allocator for its lifetime and restores the
 // previous one afterwards. Guards nest: an inner guard finds the counting allocator already
 // installed and leaves it. Memory allocated before installation keeps its own deleter and is
-// freed by the allocator that made it, uncounted. Not for concurrent use from several threads
-// (c10::SetAllocator is not thread-safe); counting itself is.
+// freed by the allocator that made it, uncounted. (One exception, rare: memory that the raw
+// interface got through this allocator and frees after the guard has gone, through the previous
+// allocator's raw deleter, stays counted; its entry is dropped when the address is reused.) Not for
+// concurrent use from several threads (c10::SetAllocator is not thread-safe); counting itself is.
 class CountingAllocatorGuard {
  public:
   CountingAllocatorGuard();

@@ -130,6 +130,41 @@ TEST(CountingAllocator, ResizeOfACountedStorageGoesThroughTheCounter) {
   EXPECT_EQ(counting.currentBytes() - base, 1000 * kFloat);
 }
 
+TEST(CountingAllocator, RawInterfaceIsCounted) {
+  CountingAllocatorGuard guard;
+  CountingAllocator& counting = guard.allocator();
+  ASSERT_NE(counting.raw_deleter(), nullptr) << "the default CPU allocator has a raw interface";
+  const int64_t base = counting.resetPeak();
+  void* raw = c10::GetCPUAllocator()->raw_allocate(1000);
+  EXPECT_EQ(counting.currentBytes() - base, 1000);
+  c10::GetCPUAllocator()->raw_deallocate(raw);
+  EXPECT_EQ(counting.currentBytes(), base);
+  EXPECT_EQ(counting.peakBytes() - base, 1000);
+}
+
+TEST(CountingAllocator, RawMemoryFromBeforeInstallationIsFreedUncounted) {
+  // oneDNN frees through whatever CPU allocator is installed when it frees.
+  void* early = c10::GetCPUAllocator()->raw_allocate(4096);
+  CountingAllocatorGuard guard;
+  const int64_t base = guard.allocator().currentBytes();
+  const int64_t frees = guard.allocator().frees();
+  c10::GetCPUAllocator()->raw_deallocate(early);
+  EXPECT_EQ(guard.allocator().currentBytes(), base);
+  EXPECT_EQ(guard.allocator().frees(), frees);
+}
+
+TEST(CountingAllocator, ConvolutionRunsUnderTheGuard) {
+  // mkldnn convolutions allocate their buffers through the raw interface.
+  auto weight = torch::randn({8, 3, 3, 3}, torch::requires_grad());
+  auto x = torch::randn({2, 3, 16, 16});
+  torch::conv2d(x, weight).sum().backward();  // before: buffers that oneDNN may cache
+  CountingAllocatorGuard guard;
+  const int64_t base = guard.allocator().resetPeak();
+  auto y = torch::conv2d(x, weight);
+  EXPECT_GE(guard.allocator().currentBytes() - base, 2 * 8 * 14 * 14 * kFloat);
+  y.sum().backward();
+}
+
 TEST(MemoryProbe, CpuProbeMeasuresAutogradSavedTensors) {
   auto probe = makeMemoryProbe(c10::Device(c10::kCPU));
   auto w = torch::ones({64, 64}, torch::requires_grad());
