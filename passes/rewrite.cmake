@@ -1,0 +1,1 @@
+target_sources(jitckpt PRIVATE rewrite.cpp)

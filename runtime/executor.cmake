@@ -1,0 +1,1 @@
+target_sources(jitckpt PRIVATE plan.cpp executor.cpp chain_op.cpp)

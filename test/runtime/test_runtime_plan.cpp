@@ -1,0 +1,255 @@
+// The Plan class, the rewritten graph, save/load, validation errors and the inference path.
+#include <c10/core/InferenceMode.h>
+#include <torch/csrc/jit/serialization/import.h>
+
+#include <sstream>
+
+#include "runtime/probes/counting_allocator.h"
+#include "test/runtime/test_runtime_support.h"
+
+namespace jitckpt::test {
+namespace {
+
+// Node kinds in order, nested blocks included: the structure of a graph, whatever its value names.
+std::string structure(const torch::jit::Block* block) {
+  std::string out;
+  for (const torch::jit::Node* n : block->nodes()) {
+    out += std::string(n->kind().toQualString()) + "/" + std::to_string(n->outputs().size()) + " ";
+    for (const torch::jit::Block* b : n->blocks()) out += "{ " + structure(b) + "} ";
+  }
+  return out;
+}
+
+int countNodes(const torch::jit::Graph& graph, const char* kind) {
+  int n = 0;
+  for (const torch::jit::Node* node : graph.nodes())
+    n += node->kind().toQualString() == std::string(kind);
+  return n;
+}
+
+TEST(RuntimePlan, PrintsStagesAndScheduleWithoutAddresses) {
+  Rewritten r = rewriteWith(loadFixture("tiny_resnet"), ScheduleKind::OptimalMid);
+  const std::string text = r.plan->str();
+  EXPECT_NE(text.find("schedule: " + solver::toString(r.plan->schedule)), std::string::npos)
+      << text;
+  for (const auto& s : r.plan->stages)
+    EXPECT_NE(text.find("\"" + s.label + "\""), std::string::npos) << s.label;
+  EXPECT_NE(text.find("(terminal)"), std::string::npos);
+  EXPECT_EQ(text.find("0x"), std::string::npos) << "addresses make the dump unstable:\n" << text;
+  // The schedule ends with the input gradient and hands off to autograd at B(L+1).
+  const int L = r.plan->numStages();
+  EXPECT_NE(text.find("B(" + std::to_string(L + 1) + ")"), std::string::npos);
+  // Printing is deterministic.
+  EXPECT_EQ(text, r.plan->str());
+}
+
+TEST(RuntimePlan, StageMetadataFromThePartition) {
+  Rewritten r = rewriteWith(loadFixture("tiny_resnet"), ScheduleKind::None);
+  int with_buffers = 0;
+  for (const auto& s : r.plan->stages) {
+    EXPECT_EQ(s.num_activation_inputs, 1u);
+    EXPECT_FALSE(s.has_random_ops);
+    with_buffers += !s.mutated_lifted.empty();
+  }
+  EXPECT_GE(with_buffers, 3) << "every residual block updates BatchNorm statistics";
+  Rewritten d = rewriteWith(loadFixture("dropout_mlp"), ScheduleKind::None);
+  int random = 0;
+  for (const auto& s : d.plan->stages) random += s.has_random_ops;
+  EXPECT_GE(random, 3);
+}
+
+TEST(RuntimePlan, RewrittenGraphCallsTheChainOnce) {
+  torch::jit::Module original = loadFixture("tiny_resnet");
+  const std::string original_forward = original.get_method("forward").graph()->toString();
+  Rewritten r = rewriteWith(original, ScheduleKind::OptimalMid);
+  auto graph = r.module.get_method("forward").graph();
+  EXPECT_EQ(countNodes(*graph, "jitckpt::chain"), 1) << *graph;
+  EXPECT_EQ(countNodes(*graph, "aten::_convolution") + countNodes(*graph, "aten::conv2d"), 0)
+      << *graph;
+  EXPECT_TRUE(isRewritten(r.module));
+  EXPECT_EQ(planOf(r.module).get(), r.plan.get());
+  // The user's module keeps its forward and gets no plan.
+  EXPECT_FALSE(isRewritten(original));
+  EXPECT_EQ(original.get_method("forward").graph()->toString(), original_forward);
+}
+
+TEST(RuntimePlan, RewritingTwiceIsAnError) {
+  Rewritten r = rewriteWith(loadFixture("dropout_mlp"), ScheduleKind::None);
+  try {
+    partitionClone(r.module);
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("already rewritten"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RuntimePlan, InvalidScheduleIsRejectedWithTheReason) {
+  PartitionedClone pc = partitionClone(loadFixture("dropout_mlp"));
+  auto plan = Plan::fromPartition(pc.partition);
+  plan->costs = syntheticCosts(plan->numStages());
+  plan->schedule = solver::noCheckpointSchedule(plan->costs);
+  plan->schedule.pop_back();  // no B(1): never reaches the input gradient
+  try {
+    rewriteChain(pc.module, pc.partition, plan);
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not valid"), std::string::npos) << e.what();
+  }
+  // A schedule that runs a backward op before the hand-off B(L+1) cannot be split into the op's
+  // forward and backward.
+  const int L = plan->numStages();
+  plan->schedule.clear();
+  for (int l = 1; l <= L + 1; ++l) plan->schedule.push_back({solver::OpKind::ForwardAll, l});
+  plan->schedule.push_back({solver::OpKind::Backward, L + 1});
+  for (int l = L; l >= 1; --l) plan->schedule.push_back({solver::OpKind::Backward, l});
+  EXPECT_NO_THROW(plan->validate());
+  plan->costs.length();
+  plan->costs = syntheticCosts(L - 1);  // costs for another chain
+  EXPECT_THROW(plan->validate(), c10::Error);
+}
+
+TEST(RuntimePlan, PickleKeepsEverything) {
+  Rewritten r = rewriteWith(loadFixture("tiny_resnet"), ScheduleKind::OptimalMin);
+  r.plan->curve = {{100, 3.5}, {200, 2.25}};
+  r.plan->input_shapes = {{2, 3, 12, 12}};
+  auto copy = Plan::fromState(r.plan->getState());
+  EXPECT_EQ(copy->str(), r.plan->str());
+  EXPECT_EQ(copy->schedule, r.plan->schedule);
+  EXPECT_EQ(copy->lifted_names, r.plan->lifted_names);
+  EXPECT_EQ(copy->input_shapes, r.plan->input_shapes);
+  ASSERT_EQ(copy->curve.size(), 2u);
+  EXPECT_EQ(copy->curve[1].limit, 200);
+  EXPECT_EQ(copy->curve[1].time, 2.25);
+  ASSERT_EQ(copy->stages.size(), r.plan->stages.size());
+  for (size_t s = 0; s < copy->stages.size(); ++s) {
+    EXPECT_EQ(structure(copy->stages[s].graph->block()),
+              structure(r.plan->stages[s].graph->block()))
+        << "stage " << s + 1;
+    EXPECT_EQ(copy->stages[s].graph->inputs().size(), r.plan->stages[s].graph->inputs().size());
+    EXPECT_EQ(copy->stages[s].mutated_lifted, r.plan->stages[s].mutated_lifted);
+  }
+}
+
+// A stage graph holding a tensor constant survives pickling (parseIR cannot read one back).
+TEST(RuntimePlan, PickleKeepsTensorConstants) {
+  auto plan = c10::make_intrusive<Plan>();
+  PlanStage stage;
+  stage.graph = std::make_shared<torch::jit::Graph>();
+  torch::jit::Value* x = stage.graph->addInput("x")->setType(c10::TensorType::get());
+  const at::Tensor constant = torch::arange(6, at::kFloat).reshape({2, 3});
+  torch::jit::Value* c = stage.graph->insertConstant(constant);
+  stage.graph->registerOutput(stage.graph->insert(c10::aten::mul, {x, c}));
+  stage.num_activation_inputs = 1;
+  stage.label = "scale";
+  plan->stages.push_back(stage);
+  plan->costs = syntheticCosts(1);
+  plan->schedule = solver::noCheckpointSchedule(plan->costs);
+  auto copy = Plan::fromState(plan->getState());
+  int constants = 0;
+  for (const torch::jit::Node* n : copy->stages[0].graph->nodes()) {
+    if (n->kind() == c10::prim::Constant &&
+        n->output()->type()->kind() == c10::TypeKind::TensorType) {
+      ++constants;
+      EXPECT_TRUE(torch::equal(n->t(c10::attr::value), constant));
+    }
+  }
+  EXPECT_EQ(constants, 1) << *copy->stages[0].graph;
+}
+
+// torch.jit.save/load keep the plan; the loaded module trains exactly like the reference.
+TEST(RuntimePlan, SaveLoadRoundTripTrainsIdentically) {
+  ReferenceExecutorGuard reference_executor;
+  torch::jit::Module reference = loadFixture("tiny_resnet");
+  Rewritten r = rewriteWith(loadFixture("tiny_resnet"), ScheduleKind::OptimalMin);
+  std::stringstream file;
+  r.module.save(file);
+  torch::jit::Module loaded = torch::jit::load(file);
+  auto plan = planOf(loaded);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->str(), r.plan->str());
+  EXPECT_EQ(countNodes(*loaded.get_method("forward").graph(), "jitckpt::chain"), 1);
+  torch::manual_seed(21);
+  const at::Tensor input = torch::randn(inputShape("tiny_resnet"));
+  expectSameTraining(reference, loaded, input, /*steps=*/3, "loaded tiny_resnet");
+}
+
+// Under no_grad and in inference mode the chain runs straight through: no graph, nothing kept.
+TEST(RuntimeInference, NoGradSavesNothing) {
+  ReferenceExecutorGuard reference_executor;
+  torch::jit::Module reference = loadFixture("tiny_resnet");
+  Rewritten r = rewriteWith(loadFixture("tiny_resnet"), ScheduleKind::OptimalMin);
+  reference.eval();
+  r.module.eval();
+  torch::manual_seed(23);
+  const at::Tensor input = torch::randn(inputShape("tiny_resnet"));
+  at::Tensor expected;
+  {
+    torch::NoGradGuard no_grad;
+    expected = reference.forward({input}).toTensor();
+  }
+  probes::CountingAllocatorGuard counting;
+  {
+    torch::NoGradGuard no_grad;
+    const int64_t before = counting.allocator().currentBytes();
+    at::Tensor out = r.module.forward({input}).toTensor();
+    EXPECT_FALSE(out.requires_grad());
+    EXPECT_TRUE(torch::equal(out, expected));
+    // Nothing but the output is still allocated.
+    EXPECT_EQ(counting.allocator().currentBytes() - before, static_cast<int64_t>(out.nbytes()));
+  }
+  {
+    c10::InferenceMode inference;
+    at::Tensor out = r.module.forward({input}).toTensor();
+    EXPECT_TRUE(torch::equal(out, expected));
+  }
+  // Grad enabled but nothing requires grad: the same path.
+  for (auto p : r.module.parameters()) p.requires_grad_(false);
+  const int64_t before = counting.allocator().currentBytes();
+  at::Tensor out = r.module.forward({input}).toTensor();
+  EXPECT_FALSE(out.requires_grad());
+  EXPECT_TRUE(torch::equal(out, expected));
+  EXPECT_EQ(counting.allocator().currentBytes() - before, static_cast<int64_t>(out.nbytes()));
+}
+
+// In training, the forward keeps only what the schedule keeps: a schedule that recomputes holds
+// less after the forward than the no-checkpointing one, and both free everything after backward.
+TEST(RuntimeMemory, ForwardKeepsOnlyWhatTheScheduleKeeps) {
+  Rewritten none = rewriteWith(loadFixture("tiny_resnet"), ScheduleKind::None);
+  Rewritten tight = rewriteWith(loadFixture("tiny_resnet"), ScheduleKind::Revolve);
+  torch::manual_seed(29);
+  const at::Tensor input = torch::randn({4, 3, 16, 16});
+  auto held_after_forward = [&](torch::jit::Module& m) {
+    probes::CountingAllocatorGuard counting;
+    int64_t held = 0;
+    {
+      const int64_t before = counting.allocator().currentBytes();
+      at::Tensor out = m.forward({input}).toTensor();
+      held = counting.allocator().currentBytes() - before;
+      out.sum().backward();
+    }
+    for (auto p : m.parameters()) p.mutable_grad() = at::Tensor();
+    return held;
+  };
+  held_after_forward(none.module);  // warm-up: lazily allocated state
+  held_after_forward(tight.module);
+  const int64_t held_none = held_after_forward(none.module);
+  const int64_t held_tight = held_after_forward(tight.module);
+  EXPECT_LT(held_tight, held_none)
+      << "revolve kept " << held_tight << " bytes, no checkpointing " << held_none;
+}
+
+TEST(RuntimeOp, SecondBackwardIsAClearError) {
+  Rewritten r = rewriteWith(loadFixture("shared_parameter"), ScheduleKind::OptimalMid);
+  at::Tensor out = r.module.forward({torch::randn({4, 16})}).toTensor();
+  at::Tensor loss = out.sum();
+  loss.backward({}, /*retain_graph=*/true);
+  try {
+    loss.backward();
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("retain_graph"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace jitckpt::test
