@@ -8,3 +8,8 @@ add_executable(test_probes ${JITCKPT_PROBE_TEST_SOURCES})
 target_link_libraries(test_probes PRIVATE -Wl,--no-as-needed jitckpt -Wl,--as-needed GTest::gtest_main)
 jitckpt_warnings(test_probes)
 gtest_discover_tests(test_probes DISCOVERY_TIMEOUT 120 PROPERTIES LABELS probes)
+# The fixture models of the runtime tests (runtime_tests.cmake, included before this file).
+if(TARGET jitckpt_runtime_fixtures)
+  add_dependencies(test_probes jitckpt_runtime_fixtures)
+  target_compile_definitions(test_probes PRIVATE JITCKPT_FIXTURE_DIR="${JITCKPT_RUNTIME_FIXTURE_DIR}")
+endif()
