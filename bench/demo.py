@@ -1,4 +1,4 @@
-"""The main job on a built-in example: a scripted torchvision ResNet-18 trained on the CPU.
+"""The main job on a built-in example: a scripted torchvision ResNet-50 trained on the CPU.
 
 Profiles, solves and trains a few steps at several limits (unconstrained, 50% and 25% of the
 activation peak) for each strategy, prints predicted against measured peak memory and time,
@@ -18,30 +18,35 @@ from common import fresh_copy, gradients, measure, scripted_resnet
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--depth", type=int, default=18)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--image", type=int, default=112)
+    parser.add_argument("--depth", type=int, default=50)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--image", type=int, default=128)
     parser.add_argument("--out", default="build/demo")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(0)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
 
     base = scripted_resnet(args.depth)
     x = torch.randn(args.batch, 3, args.image, args.image)
     print(f"ResNet-{args.depth}, batch {args.batch}, {args.image}x{args.image}, CPU, {torch.get_num_threads()} threads")
 
     reference = gradients(fresh_copy(base), x)
+    # One profile, reused for every limit and strategy.
+    profiled = jitckpt.checkpoint(fresh_copy(base), (x,), memory_limit=None, profile_repeats=3, verbose=True)
+    first = jitckpt.plan(profiled)
+    smallest = first["curve"][0][0] / first["unconstrained_peak"]
+    print(f"{first['num_stages']} stages; unconstrained activation peak {jitckpt._C.format_bytes(first['unconstrained_peak'])}; "
+          f"the smallest limit that works is {smallest:.0%} of it")
+    fractions = [None, 0.5, max(0.25, round(smallest + 0.02, 2))]
     rows = []
-    fractions = [None, 0.5, 0.25]
     for strategy in ["none", "optimal", "periodic", "revolve"]:
         for fraction in fractions if strategy != "none" else [None]:
-            model = fresh_copy(base)
             try:
-                rewritten = jitckpt.checkpoint(model, (x,), memory_limit=fraction, strategy=strategy,
-                                               profile_repeats=3)
+                rewritten = jitckpt.checkpoint(fresh_copy(base), (x,), memory_limit=fraction, strategy=strategy,
+                                               reuse_profile_of=profiled)
             except RuntimeError as error:
-                print(f"  {strategy:9s} {fraction}: {str(error).splitlines()[0]}")
+                print(f"  {strategy:9s} {'unconstrained' if fraction is None else f'{fraction:.0%}'}: "
+                      f"{str(error).splitlines()[0][:110]}")
                 continue
             info = jitckpt.plan(rewritten)
             grads = gradients(fresh_copy(rewritten), x)

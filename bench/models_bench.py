@@ -22,7 +22,7 @@ import torch
 import torch.utils.checkpoint
 
 import jitckpt
-from common import eager_sequential_resnet, loss_of, scripted_resnet
+from common import eager_sequential_resnet, fresh_copy, loss_of, scripted_resnet
 
 
 def step_fn(model, x, parameters, device):
@@ -88,7 +88,7 @@ def main():
               f"{row['throughput']:8.2f} img/s" + (f"  (predicted {info['predicted_peak'] / 2**20:.2f} MiB, "
                                                    f"{info['predicted_time_ms']:.1f} ms)" if info else ""), flush=True)
 
-    plain = copy.deepcopy(base)
+    plain = fresh_copy(base)
     record("plain", "", *measure(step_fn(plain, x, list(plain.parameters()), device), device, args.runs, args.min_seconds))
 
     torch.manual_seed(0)
@@ -103,7 +103,7 @@ def main():
 
     def jitckpt_point(strategy, parameter, **kwargs):
         try:
-            model = jitckpt.checkpoint(copy.deepcopy(base), (x,), strategy=strategy, profile_repeats=3, **kwargs)
+            model = jitckpt.checkpoint(fresh_copy(base), (x,), strategy=strategy, profile_repeats=3, **kwargs)
         except RuntimeError as error:
             print(f"{strategy:10s} {str(parameter):>12s}  skipped: {str(error).splitlines()[0][:100]}")
             return

@@ -122,13 +122,13 @@ torch::jit::Module checkpoint(const torch::jit::Module& module, const std::vecto
     if (options.progress) options.progress(line);
     else std::cerr << "jitckpt: " << line << "\n";
   };
-  // The clone shares parameters and buffers with `module` but has its own forward.
-  torch::jit::Module rewritten = module.clone(/*inplace=*/true);
-  auto graph = rewritten.get_method("forward").graph();
-  torch::jit::Inline(*graph);
+  // The clone shares parameters and buffers with `module` but has its own forward, inlined and
+  // partitioned in place.
   PartitionOptions partition_options;
   partition_options.max_stages = options.max_stages;
-  Partition partition = partitionGraph(graph, partition_options);
+  PartitionedClone cloned = partitionClone(module, partition_options, /*share_tensors=*/true);
+  torch::jit::Module& rewritten = cloned.module;
+  Partition& partition = cloned.partition;
   report("partitioned forward into " + std::to_string(partition.stages.size()) + " stages");
 
   ChainArguments arguments = prologueArguments(rewritten, partition, example_inputs);
@@ -142,18 +142,27 @@ torch::jit::Module checkpoint(const torch::jit::Module& module, const std::vecto
       if (stage == total || stage % 10 == 0) report("profiled stage " + std::to_string(stage) + "/" + std::to_string(total));
     };
   }
-  ChainProfile profile;
-  try {
-    profile = profileStages(*plan, arguments, profile_options);
-  } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "the example inputs do not fit the model (running its stages failed): ", e.what_without_backtrace());
+  if (options.costs) {
+    TORCH_CHECK(options.costs->length() == plan->numStages() + 1, "the reused profile describes ",
+                options.costs->length() - 1, " stages but this model has ", plan->numStages(),
+                "; reuse only a profile of the same model and options");
+    plan->costs = *options.costs;
+    report("reusing the given profile");
+  } else {
+    ChainProfile profile;
+    try {
+      profile = profileStages(*plan, arguments, profile_options);
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, "the example inputs do not fit the model (running its stages failed): ",
+                  e.what_without_backtrace());
+    }
+    plan->costs = profile.costs;
   }
-  plan->costs = profile.costs;
   solvePlan(*plan, limit, options.strategy, options.segments);
   report("solved (" + plan->strategy + "): predicted peak " + solver::formatBytes(plan->predicted_peak) + " of " +
          solver::formatBytes(plan->unconstrained_peak) + " unconstrained");
   rewriteChain(rewritten, partition, plan);
-  return rewritten;
+  return std::move(rewritten);
 }
 
 }  // namespace jitckpt

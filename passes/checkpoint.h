@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "passes/solver/chain.h"
+
 namespace jitckpt {
 
 // A memory limit for activations: bytes, or a fraction of the unconstrained activation peak
@@ -36,6 +38,9 @@ struct CheckpointOptions {
   int max_stages = 0;              // partition: 0 for no limit
   int profile_repeats = 5;         // timing: median of this many runs after a warm-up
   std::function<void(const std::string&)> progress;  // progress lines; null prints to stderr
+  // Costs from an earlier profile of the same model and input shapes (Plan::costs): skips
+  // profiling, so that trying several limits or strategies costs one profile.
+  std::optional<solver::Chain> costs;
 };
 
 class Plan;

@@ -27,7 +27,9 @@ struct ChainFunction : public torch::autograd::Function<ChainFunction> {
   static variable_list forward(AutogradContext* ctx, at::TensorList inputs,
                                at::TensorList lifted_tensors, c10::List<c10::IValue> lifted_scalars,
                                c10::intrusive_ptr<Plan> plan) {
-    auto executor = c10::make_intrusive<ChainExecutor>(plan, inputs.vec(), lifted_tensors.vec(),
+    // Other input shapes than the planned ones get their own plan (profiled and solved once).
+    auto active = plan->forInputs(inputs.vec(), lifted_tensors.vec(), toVector(lifted_scalars));
+    auto executor = c10::make_intrusive<ChainExecutor>(active, inputs.vec(), lifted_tensors.vec(),
                                                        toVector(lifted_scalars));
     variable_list outputs = executor->runForward();
     ctx->saved_data["executor"] = c10::IValue::make_capsule(executor);

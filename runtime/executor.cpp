@@ -225,8 +225,12 @@ void ChainExecutor::execute(const solver::Op& op) {
           const auto [is_input, index] = targets[i];
           if (is_input) {
             input_grads[index] = std::move(computed[i]);
+          } else if (lifted_tensors_[index].is_leaf()) {
+            // Parameters: accumulate into .grad now, as AccumulateGrad does (assign, then +=),
+            // rather than holding every stage's gradients until the chain's backward returns.
+            // A tensor read by several stages gets later stages first, as autograd would.
+            accumulateIntoGrad(lifted_tensors_[index], std::move(computed[i]));
           } else {
-            // A tensor read by several stages: sum, later stages first, as autograd would.
             at::Tensor& sum = lifted_grads_[index];
             sum = sum.defined() ? sum + computed[i] : std::move(computed[i]);
           }
@@ -238,6 +242,16 @@ void ChainExecutor::execute(const solver::Op& op) {
       a_[l - 1].reset();  // consumed; abar^{l-1}, if held, stays
       break;
     }
+  }
+}
+
+void ChainExecutor::accumulateIntoGrad(const at::Tensor& variable, at::Tensor&& gradient) {
+  at::NoGradGuard no_grad;
+  at::Tensor& grad = variable.mutable_grad();
+  if (!grad.defined()) {
+    grad = gradient.detach();
+  } else {
+    grad += gradient;
   }
 }
 

@@ -36,9 +36,13 @@ class ChainExecutor : public torch::CustomClassHolder {
   std::vector<at::Tensor> runForward();
   // The rest of the schedule. Returns one gradient per chain input, then one per lifted tensor
   // (undefined where none); a lifted tensor read by several stages gets the sum.
+  // Gradients of leaf lifted tensors (parameters) go straight into their .grad during the
+  // backward, so they come back undefined: torch.autograd.grad with respect to parameters read by
+  // the chain is not supported (use .grad).
   std::vector<at::Tensor> runBackward(const std::vector<at::Tensor>& output_grads);
 
  private:
+  static void accumulateIntoGrad(const at::Tensor& variable, at::Tensor&& gradient);
   struct Recorded {                   // abar^l
     std::vector<at::Tensor> leaves;   // detached inputs with requires_grad
     std::vector<at::Tensor> outputs;  // stage outputs with their autograd graph

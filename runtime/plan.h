@@ -7,6 +7,7 @@
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/custom_class.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -66,7 +67,16 @@ class Plan : public torch::CustomClassHolder {
 
   torch::jit::Code& code(size_t stage) const;  // compiled once per process
 
+  // The plan for other chain input shapes than the planned ones: profiled on those inputs and
+  // solved at the same limit and strategy, once per shape (kept for the process, not saved).
+  // Errors when the limit cannot hold the new shape.
+  c10::intrusive_ptr<Plan> forInputs(const std::vector<at::Tensor>& inputs,
+                                     const std::vector<at::Tensor>& lifted_tensors,
+                                     const std::vector<c10::IValue>& lifted_scalars) const;
+
  private:
+  mutable std::map<std::vector<std::vector<int64_t>>, c10::intrusive_ptr<Plan>> replans_;
+  mutable std::mutex replans_mutex_;
   mutable std::vector<std::unique_ptr<torch::jit::Code>> codes_;
   mutable std::mutex codes_mutex_;
 };
