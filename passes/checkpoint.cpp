@@ -155,6 +155,8 @@ torch::jit::Module checkpoint(const torch::jit::Module& module, const std::vecto
     } catch (const c10::Error& e) {
       TORCH_CHECK(false, "the example inputs do not fit the model (running its stages failed): ",
                   e.what_without_backtrace());
+    } catch (const std::exception& e) {  // the interpreter's errors
+      TORCH_CHECK(false, "the example inputs do not fit the model (running its stages failed): ", e.what());
     }
     plan->costs = profile.costs;
   }

@@ -1,0 +1,173 @@
+"""End to end: jitckpt.checkpoint, dump, plan, saving, shapes and bad input (issue: end-to-end)."""
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import jitckpt
+
+
+class SmallNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+            nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+            nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.Dropout(0.2),
+            nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
+        )
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.features(x).mean(dim=(2, 3)))
+
+
+def scripted(seed=0):
+    torch.manual_seed(seed)
+    return torch.jit.script(SmallNet().train())
+
+
+def copy_of(module):
+    buffer = io.BytesIO()
+    torch.jit.save(module, buffer)
+    buffer.seek(0)
+    return torch.jit.load(buffer)
+
+
+def step(module, x, seed=1):
+    torch.manual_seed(seed)  # dropout
+    module.zero_grad(set_to_none=True)
+    with torch.jit.optimized_execution(False):
+        out = module(x)
+        out.pow(2).mean().backward()
+    return out.detach(), {n: p.grad.clone() for n, p in module.named_parameters()}, \
+        {n: b.clone() for n, b in module.named_buffers()}
+
+
+X = torch.randn(4, 3, 16, 16)
+
+
+@pytest.fixture(scope="module")
+def profiled():
+    return jitckpt.checkpoint(scripted(), (X,), memory_limit=None, profile_repeats=1)
+
+
+@pytest.mark.parametrize("strategy,limit", [("optimal", None), ("optimal", 0.7), ("periodic", None),
+                                             ("revolve", 0.9), ("none", None)])
+def test_training_steps_are_bit_identical(profiled, strategy, limit):
+    reference = scripted()
+    rewritten = jitckpt.checkpoint(copy_of(reference), (X,), memory_limit=limit, strategy=strategy,
+                                   reuse_profile_of=profiled)
+    for seed in (1, 2):  # two steps: BatchNorm statistics and dropout state carry over
+        out_a, grads_a, buffers_a = step(reference, X, seed)
+        out_b, grads_b, buffers_b = step(rewritten, X, seed)
+        assert torch.equal(out_a, out_b)
+        assert grads_a.keys() == grads_b.keys()
+        for name in grads_a:
+            assert torch.equal(grads_a[name], grads_b[name]), name
+        for name in buffers_a:
+            assert torch.equal(buffers_a[name], buffers_b[name]), name
+
+
+def test_memory_limit_forms_and_plan(profiled):
+    info = jitckpt.plan(profiled)
+    peak = info["unconstrained_peak"]
+    assert info["num_stages"] >= 3 and len(info["curve"]) >= 2
+    limits, times = zip(*info["curve"])
+    assert list(limits) == sorted(limits) and list(times) == sorted(times, reverse=True)
+    for limit in (int(0.8 * peak), f"{0.8 * peak / 2**20:.4f}MiB", 0.8, "80%"):
+        plan = jitckpt.plan(jitckpt.checkpoint(scripted(), (X,), memory_limit=limit, reuse_profile_of=profiled))
+        assert abs(plan["memory_limit"] - int(0.8 * peak)) <= 128, limit  # MiB text rounds
+        assert plan["predicted_peak"] <= plan["memory_limit"]
+
+
+def test_measured_peak_tracks_prediction(profiled):
+    model = jitckpt.checkpoint(scripted(), (X,), memory_limit=0.7, reuse_profile_of=profiled)
+    info = jitckpt.plan(model)
+    step(model, X)  # allocate .grad
+    with jitckpt.cpu_memory() as memory:
+        step(model, X)
+    # The step also holds the loss and the small epilogue tensors: allow 10% of the limit.
+    assert memory.peak <= info["memory_limit"] * 1.10 + 64 * 1024, (memory.peak, info["memory_limit"])
+
+
+def test_dump_shows_graph_and_schedule(profiled):
+    text = jitckpt.dump(profiled)
+    assert "jitckpt::chain" in text
+    assert "schedule: " in text and "B(" in text
+    assert text.count("stage ") >= jitckpt.plan(profiled)["num_stages"]
+
+
+def test_impossible_limit_says_the_smallest_that_works(profiled):
+    with pytest.raises(RuntimeError, match="smallest limit that works is"):
+        jitckpt.checkpoint(scripted(), (X,), memory_limit=1000, reuse_profile_of=profiled)
+
+
+def test_bad_inputs_are_clear_errors(profiled):
+    with pytest.raises(TypeError, match="scripted module"):
+        jitckpt.checkpoint(object(), (X,))
+
+    class Unscriptable(nn.Module):
+        def forward(self, x):
+            return {1: x}[len(x.shape) ** 0.5]  # float keys with an int-keyed dict: not scriptable
+
+    with pytest.raises(TypeError, match="could not be scripted"):
+        jitckpt.checkpoint(Unscriptable(), (X,))
+    with pytest.raises(RuntimeError, match="do not fit"):
+        jitckpt.checkpoint(scripted(), (torch.randn(4, 5, 16, 16),), profile_repeats=1)
+    with pytest.raises(RuntimeError, match="forward takes 1 input"):
+        jitckpt.checkpoint(scripted(), (X, X), profile_repeats=1)
+    with pytest.raises(ValueError, match="already rewritten"):
+        jitckpt.checkpoint(profiled, (X,))
+    with pytest.raises(ValueError, match="fraction"):
+        jitckpt.checkpoint(scripted(), (X,), memory_limit=1.5)
+    with pytest.raises(RuntimeError, match="unknown unit"):
+        jitckpt.checkpoint(scripted(), (X,), memory_limit="3 parsecs", reuse_profile_of=profiled)
+
+
+def test_save_and_load_in_a_fresh_process(tmp_path, profiled):
+    model = jitckpt.checkpoint(scripted(), (X,), memory_limit=0.7, reuse_profile_of=profiled)
+    path = str(tmp_path / "model.pt")
+    torch.jit.save(model, path)
+    torch.save(X, str(tmp_path / "x.pt"))
+    _, grads, _ = step(copy_of(model), X)
+    torch.save(grads, str(tmp_path / "grads.pt"))
+    script = f"""
+import torch, jitckpt
+m = torch.jit.load({path!r})
+x = torch.load({str(tmp_path / 'x.pt')!r})
+expected = torch.load({str(tmp_path / 'grads.pt')!r})
+torch.manual_seed(1)
+m.zero_grad(set_to_none=True)
+with torch.jit.optimized_execution(False):
+    m(x).pow(2).mean().backward()
+for n, p in m.named_parameters():
+    assert torch.equal(p.grad, expected[n]), n
+print("schedule", jitckpt.plan(m)["schedule"][:20])
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=os.environ)
+    assert result.returncode == 0, result.stderr
+    assert "schedule Fck(1)" in result.stdout or "schedule F" in result.stdout
+
+
+def test_a_smaller_last_batch_is_replanned_and_exact(profiled):
+    reference = scripted()
+    rewritten = jitckpt.checkpoint(copy_of(reference), (X,), memory_limit=0.7, reuse_profile_of=profiled)
+    small = X[:3].contiguous()
+    with pytest.warns(UserWarning, match="differ from the planned"):
+        out_b, grads_b, _ = step(rewritten, small)
+    out_a, grads_a, _ = step(reference, small)
+    assert torch.equal(out_a, out_b)
+    for name in grads_a:
+        assert torch.equal(grads_a[name], grads_b[name]), name
+
+
+def test_a_larger_batch_that_cannot_fit_is_an_error(profiled):
+    rewritten = jitckpt.checkpoint(scripted(), (X,), memory_limit=0.7, reuse_profile_of=profiled)
+    with pytest.raises(RuntimeError, match="cannot hold the new input shapes"):
+        step(rewritten, torch.randn(64, 3, 16, 16))
