@@ -1,1 +1,1 @@
-target_sources(jitckpt PRIVATE partition.cpp print_chain.cpp)
+target_sources(jitckpt PRIVATE partition.cpp partition_run.cpp print_chain.cpp)

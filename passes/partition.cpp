@@ -565,11 +565,29 @@ Partition partitionGraph(std::shared_ptr<Graph> graph, const PartitionOptions& o
   return partition;
 }
 
+void inlineAllCalls(Graph& graph) {
+  // With graph executor optimization off (torch.jit.optimized_execution(False)), Inline inlines
+  // one level only, because callees' graphs are not pre-inlined: repeat until no call is left.
+  auto hasCalls = [](const torch::jit::Block* block) {
+    std::vector<const torch::jit::Block*> blocks{block};
+    while (!blocks.empty()) {
+      const auto* b = blocks.back();
+      blocks.pop_back();
+      for (const Node* n : b->nodes()) {
+        if (n->kind() == prim::CallMethod || n->kind() == prim::CallFunction) return true;
+        for (const auto* inner : n->blocks()) blocks.push_back(inner);
+      }
+    }
+    return false;
+  };
+  for (int level = 0; level < 64 && hasCalls(graph.block()); ++level) torch::jit::Inline(graph);
+}
+
 Partition partitionModule(const torch::jit::Module& module, const PartitionOptions& options) {
   auto method = module.find_method("forward");
   TORCH_CHECK(method, "partition: the module has no forward method");
   auto graph = method->graph()->copy();
-  torch::jit::Inline(*graph);
+  inlineAllCalls(*graph);
   return partitionGraph(graph, options);
 }
 

@@ -27,10 +27,12 @@ struct Stage {
   // Outputs: the activations of the next boundary. Runs alone given its inputs.
   std::shared_ptr<torch::jit::Graph> graph;
   size_t num_activation_inputs = 0;
-  std::vector<size_t> lifted;          // graph input num_activation_inputs+k is Partition::lifted[lifted[k]]
-  std::vector<size_t> mutated_lifted;  // indices into Partition::lifted that the stage writes in place
+  std::vector<size_t>
+      lifted;  // graph input num_activation_inputs+k is Partition::lifted[lifted[k]]
+  std::vector<size_t>
+      mutated_lifted;  // indices into Partition::lifted that the stage writes in place
   bool writes_activation_input = false;  // writes an activation input in place: protect checkpoints
-  std::string label;                   // short description for printing, e.g. "layer1.0"
+  std::string label;                     // short description for printing, e.g. "layer1.0"
 };
 
 struct Partition {
@@ -55,7 +57,12 @@ struct PartitionOptions {
 };
 
 // `graph` must be inlined (no prim::CallMethod / CallFunction); it is taken over, not copied.
-Partition partitionGraph(std::shared_ptr<torch::jit::Graph> graph, const PartitionOptions& options = {});
+Partition partitionGraph(std::shared_ptr<torch::jit::Graph> graph,
+                         const PartitionOptions& options = {});
+
+// torch::jit::Inline until no prim::CallMethod / CallFunction is left (Inline goes one level deep
+// when graph executor optimization is off).
+void inlineAllCalls(torch::jit::Graph& graph);
 
 // Copies and inlines `module`'s forward, then partitions it.
 Partition partitionModule(const torch::jit::Module& module, const PartitionOptions& options = {});

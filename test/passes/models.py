@@ -15,7 +15,21 @@ class PlainChain(nn.Module):
 
 
 class Residual(nn.Module):
-    """A block whose output feeds an in-place relu_ and add_ in the next block."""
+    """b = 2 * c1(x); b += c2(b): the cut after the multiplication is written in place by the next
+    stage, the cut right after c1 is not."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2, self.c3 = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1), nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        b = self.c1(x) * 2
+        b.add_(self.c2(b))
+        return self.c3(b)
+
+
+class InplaceResidual(nn.Module):
+    """y = c1(x); y += c2(y): the only cut between c1 and c2 carries y, which the next stage writes."""
 
     def __init__(self):
         super().__init__()
@@ -23,10 +37,25 @@ class Residual(nn.Module):
 
     def forward(self, x):
         y = self.c1(x)
-        y.relu_()
-        z = self.c2(y)
-        z.add_(y)
-        return self.c3(z)
+        y.add_(self.c2(y))
+        return self.c3(y)
+
+
+class BasicBlocks(nn.Module):
+    """Two torchvision-style residual blocks: out += identity; relu_(out)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a1, self.a2 = nn.Conv2d(4, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+        self.b1, self.b2 = nn.Conv2d(4, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        out = self.a2(torch.relu_(self.a1(x)))
+        out += x
+        x = torch.relu_(out)
+        out = self.b2(torch.relu_(self.b1(x)))
+        out += x
+        return torch.relu_(out)
 
 
 class WithBatchNorm(nn.Module):
@@ -70,7 +99,7 @@ class NoCut(nn.Module):
         return torch.matmul(torch.relu(x), y) + torch.matmul(x, torch.sigmoid(y))
 
 
-MODELS = {m.__name__: m for m in [PlainChain, Residual, WithBatchNorm, TwoTensorBoundary, WithLoop, NoCut]}
+MODELS = {m.__name__: m for m in [PlainChain, Residual, InplaceResidual, BasicBlocks, WithBatchNorm, TwoTensorBoundary, WithLoop, NoCut]}
 
 if __name__ == "__main__":
     torch.jit.save(torch.jit.script(MODELS[sys.argv[1]]()), sys.argv[2])

@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
       graph = std::make_shared<torch::jit::Graph>();
       torch::jit::parseIR(body, graph.get());
     }
-    torch::jit::Inline(*graph);
+    jitckpt::inlineAllCalls(*graph);
     if (pass == "inline") {
       std::cout << graph->toString(false);
       return 0;

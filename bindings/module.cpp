@@ -1,0 +1,100 @@
+// jitckpt._C: the pybind11 module. Partitioning for now: stage information, the printed chain,
+// and a piecewise run of the partitioned method for tests.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+
+#include <sstream>
+
+#include "passes/partition.h"
+#include "passes/partition_run.h"
+#include "passes/print_chain.h"
+
+namespace py = pybind11;
+
+void defineCheckpointApi(py::module_& m);  // api.cpp
+
+namespace {
+
+// Accepts a torch.jit.ScriptModule (or its `_c`).
+torch::jit::Module toModule(const py::object& module) {
+  py::object c = py::hasattr(module, "_c") ? module.attr("_c") : module;
+  return py::cast<torch::jit::Module>(c);
+}
+
+jitckpt::PartitionOptions makeOptions(int max_stages, bool move_cuts_off_inplace_writes) {
+  jitckpt::PartitionOptions options;
+  options.max_stages = max_stages;
+  options.move_cuts_off_inplace_writes = move_cuts_off_inplace_writes;
+  return options;
+}
+
+py::dict describe(const jitckpt::Partition& partition) {
+  py::list labels, inputs, writes, mutated;
+  for (const auto& stage : partition.stages) {
+    labels.append(stage.label);
+    inputs.append(stage.num_activation_inputs);
+    writes.append(stage.writes_activation_input);
+    py::list names;
+    for (size_t k : stage.mutated_lifted) names.append(partition.lifted[k].name);
+    mutated.append(names);
+  }
+  py::list lifted;
+  for (const auto& l : partition.lifted)
+    lifted.append(py::make_tuple(l.name, jitckpt::toString(l.kind)));
+  std::ostringstream text;
+  jitckpt::printPartition(text, partition);
+  py::dict d;
+  d["num_stages"] = partition.stages.size();
+  d["labels"] = labels;
+  d["num_activation_inputs"] = inputs;
+  d["num_chain_outputs"] = partition.chain_outputs.size();
+  d["writes_activation_input"] = writes;
+  d["mutated_lifted"] = mutated;
+  d["lifted"] = lifted;
+  d["warnings"] = partition.warnings;
+  d["text"] = text.str();
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "jitckpt C++ bindings";
+  defineCheckpointApi(m);
+  m.def(
+      "partition",
+      [](const py::object& module, int max_stages, bool move_cuts_off_inplace_writes) {
+        return describe(jitckpt::partitionModule(
+            toModule(module), makeOptions(max_stages, move_cuts_off_inplace_writes)));
+      },
+      py::arg("module"), py::arg("max_stages") = 0, py::arg("move_cuts_off_inplace_writes") = true,
+      "Partitions module.forward; returns a dict: num_stages, labels, num_activation_inputs, "
+      "num_chain_outputs, writes_activation_input, mutated_lifted, lifted, warnings, text.");
+  m.def(
+      "run_partitioned",
+      [](const py::object& module, const py::tuple& inputs, int max_stages,
+         bool move_cuts_off_inplace_writes) {
+        const auto ts_module = toModule(module);
+        const auto partition = jitckpt::partitionModule(
+            ts_module, makeOptions(max_stages, move_cuts_off_inplace_writes));
+        std::vector<c10::IValue> method_inputs{ts_module._ivalue()};
+        const auto& graph_inputs = partition.graph->inputs();
+        TORCH_CHECK(inputs.size() + 1 == graph_inputs.size(), "run_partitioned: forward takes ",
+                    graph_inputs.size() - 1, " inputs, got ", inputs.size());
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          method_inputs.push_back(torch::jit::toIValue(inputs[i], graph_inputs[i + 1]->type()));
+        }
+        jitckpt::PartitionedRun run;
+        {
+          py::gil_scoped_release no_gil;
+          run = jitckpt::runPartitioned(partition, std::move(method_inputs));
+        }
+        TORCH_CHECK(run.outputs.size() == 1, "run_partitioned: expected one method output");
+        return py::make_tuple(torch::jit::toPyObject(run.outputs[0]), run.boundaries);
+      },
+      py::arg("module"), py::arg("inputs"), py::arg("max_stages") = 0,
+      py::arg("move_cuts_off_inplace_writes") = true,
+      "Runs forward piecewise (prologue, each stage graph alone, epilogue); returns (output, "
+      "boundaries), boundaries[l] being the tensors entering stage l (the last: chain outputs).");
+}

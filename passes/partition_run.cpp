@@ -1,0 +1,126 @@
+// Piecewise execution of a Partition (see partition_run.h): prologue, stages, epilogue, each a
+// separate graph run by torch::jit::Code + InterpreterState (no profiling, no fusion).
+#include "passes/partition_run.h"
+
+#include <torch/csrc/jit/runtime/interpreter.h>
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace jitckpt {
+namespace {
+
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Value;
+
+std::vector<c10::IValue> runGraph(const std::shared_ptr<Graph>& graph,
+                                  std::vector<c10::IValue> stack) {
+  torch::jit::Code code(graph, "jitckpt_partition_piece");
+  torch::jit::InterpreterState state(code);
+  state.run(stack);
+  return stack;
+}
+
+}  // namespace
+
+PartitionedRun runPartitioned(const Partition& partition, std::vector<c10::IValue> method_inputs) {
+  Graph& graph = *partition.graph;
+  TORCH_CHECK(partition.first_node && partition.last_node,
+              "runPartitioned: the partition has no chain region");
+  TORCH_CHECK(method_inputs.size() == graph.inputs().size(), "runPartitioned: expected ",
+              graph.inputs().size(), " method inputs (self first), got ", method_inputs.size());
+  // Positions of top-level nodes: before the region, in it, after it.
+  std::unordered_set<const Node*> region, before;
+  bool in_region = false, after = false;
+  for (Node* n : graph.nodes()) {
+    if (n == partition.first_node) in_region = true;
+    if (in_region && !after) {
+      region.insert(n);
+    } else if (!after) {
+      before.insert(n);
+    }
+    if (n == partition.last_node) after = true;
+  }
+  // Values carried from the prologue: chain inputs, lifted values, and prologue values that the
+  // epilogue reads. Region values read after the region must be chain outputs.
+  std::vector<Value*> carried(partition.chain_inputs.begin(), partition.chain_inputs.end());
+  for (const auto& lifted : partition.lifted) carried.push_back(lifted.value);
+  std::unordered_set<const Value*> chain_outputs(partition.chain_outputs.begin(),
+                                                 partition.chain_outputs.end());
+  auto definedBefore = [&](const Value* v) {
+    return v->node() == graph.param_node() || before.count(v->node());
+  };
+  for (Node* n = partition.last_node->next();; n = n->next()) {
+    std::vector<Node*> stack{n};
+    while (!stack.empty()) {
+      Node* cur = stack.back();
+      stack.pop_back();
+      for (auto* b : cur->blocks()) {
+        for (Node* inner : b->nodes()) stack.push_back(inner);
+        stack.push_back(b->return_node());
+      }
+      for (Value* v : cur->inputs()) {
+        if (region.count(v->node())) {
+          TORCH_CHECK(chain_outputs.count(v), "runPartitioned: %", v->debugName(),
+                      " is defined in the chain region and read after it, but is no chain output");
+        } else if (definedBefore(v) &&
+                   std::find(carried.begin(), carried.end(), v) == carried.end()) {
+          carried.push_back(v);
+        }
+      }
+    }
+    if (n == graph.return_node()) break;
+  }
+  // Prologue graph: method inputs -> carried values.
+  auto prologue = std::make_shared<Graph>();
+  std::unordered_map<Value*, Value*> map;
+  for (Value* in : graph.inputs()) map[in] = prologue->addInput()->setType(in->type());
+  auto env = [&](Value* v) { return map.at(v); };
+  for (Node* n = graph.nodes().front(); n != partition.first_node; n = n->next()) {
+    Node* copy = prologue->appendNode(prologue->createClone(n, env));
+    for (size_t o = 0; o < n->outputs().size(); ++o) map[n->output(o)] = copy->output(o);
+  }
+  for (Value* v : carried) prologue->registerOutput(map.at(v));
+  std::vector<c10::IValue> carried_values = runGraph(prologue, method_inputs);
+
+  PartitionedRun run;
+  std::unordered_map<const Value*, c10::IValue> value_of;
+  for (size_t i = 0; i < carried.size(); ++i) value_of[carried[i]] = carried_values[i];
+  std::vector<c10::IValue> boundary;
+  for (Value* v : partition.chain_inputs) boundary.push_back(value_of.at(v));
+  for (const Stage& stage : partition.stages) {
+    run.boundaries.emplace_back();
+    for (const auto& t : boundary) run.boundaries.back().push_back(t.toTensor());
+    std::vector<c10::IValue> stack = boundary;
+    for (size_t k : stage.lifted) stack.push_back(value_of.at(partition.lifted[k].value));
+    boundary = runGraph(stage.graph, std::move(stack));
+  }
+  run.boundaries.emplace_back();
+  for (const auto& t : boundary) run.boundaries.back().push_back(t.toTensor());
+
+  // Epilogue graph: carried values and chain outputs -> method outputs.
+  auto epilogue = std::make_shared<Graph>();
+  map.clear();
+  std::vector<c10::IValue> epilogue_inputs;
+  for (Value* v : carried) {
+    map[v] = epilogue->addInput()->setType(v->type());
+    epilogue_inputs.push_back(value_of.at(v));
+  }
+  for (size_t j = 0; j < partition.chain_outputs.size(); ++j) {
+    Value* v = partition.chain_outputs[j];
+    if (map.count(v)) continue;  // a chain output that is also a chain input (empty region)
+    map[v] = epilogue->addInput()->setType(v->type());
+    epilogue_inputs.push_back(boundary[j]);
+  }
+  for (Node* n = partition.last_node->next(); n != graph.return_node(); n = n->next()) {
+    Node* copy = epilogue->appendNode(epilogue->createClone(n, env));
+    for (size_t o = 0; o < n->outputs().size(); ++o) map[n->output(o)] = copy->output(o);
+  }
+  for (Value* v : graph.outputs()) epilogue->registerOutput(map.at(v));
+  run.outputs = runGraph(epilogue, std::move(epilogue_inputs));
+  return run;
+}
+
+}  // namespace jitckpt

@@ -1,0 +1,119 @@
+"""Partition of scripted torchvision models: stage counts derived from the architectures, and the
+piecewise run (prologue, each stage graph alone, epilogue) equal to the module, bit for bit."""
+import copy
+
+import pytest
+import torch
+import torchvision
+
+import jitckpt
+
+# name -> (constructor kwargs, input size, expected stage count, why)
+MODELS = {
+    # ResNet: one-tensor cuts exist only between residual blocks (the identity is live inside
+    # one): stem (conv1, bn1, relu, maxpool) + one stage per block + the classifier (fc).
+    "resnet18": ({}, 64, 1 + 8 + 1, "stem + 8 BasicBlocks + fc"),
+    "resnet50": ({}, 64, 1 + 16 + 1, "stem + 16 Bottlenecks + fc"),
+    # VGG: one stage per heavy op (relu and pooling join the layer before them).
+    "vgg11": ({}, 64, 8 + 3, "8 convolutions + 3 linear layers"),
+    # MobileNetV2: each InvertedResidual is a prim::If on use_res_connect, never split.
+    "mobilenet_v2": ({}, 64, 1 + 17 + 1 + 1, "features.0 + 17 InvertedResiduals + features.18 + classifier"),
+    # DenseNet: a dense block keeps a list of features live, so cuts only around transitions.
+    "densenet121": ({}, 64, 1 + 4 + 3 + 1, "stem + 4 dense blocks + 3 transition convs + classifier"),
+    # Inception v3 (input 299: the aux branch needs 17x17 after Mixed_6e): 5 BasicConv2d stem
+    # stages + Mixed_5b..6e; the aux branch yields an Optional[Tensor] live until the output
+    # tuple, so the chain ends before it and Mixed_7* stay in the epilogue.
+    "inception_v3": ({"aux_logits": True, "init_weights": False}, 299, 5 + 8, "5 stem convs + 8 Inception modules"),
+}
+
+
+def scripted(name):
+    kwargs, size, _, _ = MODELS[name]
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(**kwargs)
+    return torch.jit.script(model), torch.randn(2, 3, size, size)
+
+
+def assert_same(a, b):
+    if a is None or b is None:
+        assert a is None and b is None
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b)
+    else:
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_same(x, y)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_torchvision_partition_runs_exactly(name):
+    module, x = scripted(name)
+    info = jitckpt._C.partition(module)
+    expected, why = MODELS[name][2], MODELS[name][3]
+    assert info["num_stages"] == expected, f"{name}: expected {why}\n{info['labels']}"
+    assert info["warnings"] == []
+    # CNNs: every boundary carries one tensor.
+    assert info["num_activation_inputs"] == [1] * expected
+    assert info["num_chain_outputs"] == 1
+    for train in (True, False):
+        reference = copy.deepcopy(module).train(train)
+        piecewise = copy.deepcopy(module).train(train)
+        torch.manual_seed(1)  # dropout: both paths draw the same numbers in the same order
+        want = reference(x)
+        torch.manual_seed(1)
+        got, boundaries = jitckpt._C.run_partitioned(piecewise, (x,))
+        assert_same(got, want)
+        assert len(boundaries) == expected + 1
+        # BatchNorm statistics were updated exactly once, as by the reference.
+        for (n, a), (_, b) in zip(reference.named_buffers(), piecewise.named_buffers()):
+            assert torch.equal(a, b), n
+
+
+def test_resnet_blocks_are_stages_and_batchnorm_buffers_are_mutated():
+    module, _ = scripted("resnet18")
+    info = jitckpt._C.partition(module)
+    assert info["labels"][1:9] == [f"layer{i}.{j}" for i in range(1, 5) for j in range(2)]
+    assert not any(info["writes_activation_input"])  # out += identity writes `out`, not the input
+    assert "layer1.0.bn1.num_batches_tracked" in info["mutated_lifted"][1]
+    assert "layer1.0.bn1.running_mean" in info["mutated_lifted"][1]
+    assert ("bn1.training", "scalar") in info["lifted"]
+
+
+def test_max_stages_limits_the_chain():
+    module, x = scripted("resnet50")
+    module.eval()
+    info = jitckpt._C.partition(module, max_stages=4)
+    assert info["num_stages"] == 4
+    got, _ = jitckpt._C.run_partitioned(module, (x,), max_stages=4)
+    assert torch.equal(got, module(x))
+
+
+class InplaceResidual(torch.nn.Module):
+    """b = 2 * c1(x); b += c2(b): the cut after the multiplication is written by the next stage,
+    the cut right after c1 is not."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.c3 = torch.nn.Conv2d(4, 2, 1)
+
+    def forward(self, x):
+        b = self.c1(x) * 2
+        b.add_(self.c2(b))
+        return self.c3(b)
+
+
+@pytest.mark.parametrize("move", [True, False])
+def test_inplace_boundary_is_moved_or_marked(move):
+    torch.manual_seed(0)
+    module = torch.jit.script(InplaceResidual())
+    x = torch.randn(2, 3, 8, 8)
+    info = jitckpt._C.partition(module, move_cuts_off_inplace_writes=move)
+    assert info["num_stages"] == 3
+    assert info["writes_activation_input"] == [False, not move, False]
+    got, boundaries = jitckpt._C.run_partitioned(module, (x,), move_cuts_off_inplace_writes=move)
+    assert torch.equal(got, module(x))
+    if not move:
+        # The stage wrote its input in place: exactly the hazard the runtime must guard against.
+        assert not torch.equal(boundaries[1][0], module.c1(x) * 2)
