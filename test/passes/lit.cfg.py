@@ -2,7 +2,7 @@ import lit.formats
 
 config.name = "jitckpt-passes"
 config.test_format = lit.formats.ShTest(True)
-config.suffixes = [".test"]
+config.suffixes = [".test", ".ir"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.jitckpt_binary_dir, "test", "passes")
 config.substitutions.append(("%jitckpt-opt", config.jitckpt_opt))

@@ -1,0 +1,114 @@
+"""Python entry points over jitckpt._C."""
+import sys
+from typing import Any, Dict, Optional, Sequence, Union
+
+import torch
+
+from . import _C
+
+MemoryLimit = Union[None, int, float, str]
+
+
+def _script(module: Any) -> torch.jit.ScriptModule:
+    if isinstance(module, torch.jit.ScriptModule):
+        return module
+    if isinstance(module, torch.nn.Module):
+        try:
+            return torch.jit.script(module)
+        except Exception as error:  # the scripting error says which line fails
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise TypeError(
+                f"jitckpt.checkpoint needs a TorchScript module and {type(module).__name__} could not be "
+                f"scripted ({first}); make it scriptable, or pass torch.jit.script(model) yourself"
+            ) from error
+    raise TypeError(
+        f"jitckpt.checkpoint takes a scripted module (torch.jit.script(model)), not {type(module).__name__}"
+    )
+
+
+def _limit_text(memory_limit: MemoryLimit) -> str:
+    if memory_limit is None:
+        return "none"
+    if isinstance(memory_limit, bool):
+        raise TypeError("memory_limit must be bytes, a fraction, or a string such as '2GiB'")
+    if isinstance(memory_limit, int):
+        if memory_limit <= 0:
+            raise ValueError(f"memory_limit {memory_limit} must be positive")
+        return f"{memory_limit}B"
+    if isinstance(memory_limit, float):
+        if not 0 < memory_limit <= 1:
+            raise ValueError(
+                f"memory_limit {memory_limit}: a float is a fraction of the unconstrained activation peak, "
+                "in (0, 1]; give bytes as an int or a string such as '2GiB'"
+            )
+        return repr(memory_limit)
+    if isinstance(memory_limit, str):
+        return memory_limit
+    raise TypeError(f"memory_limit must be an int, a float or a string, not {type(memory_limit).__name__}")
+
+
+def checkpoint(
+    module: Any,
+    example_inputs: Sequence[Any],
+    memory_limit: MemoryLimit = 0.5,
+    *,
+    strategy: str = "optimal",
+    slots: int = 500,
+    max_stages: int = 0,
+    segments: int = 0,
+    profile_repeats: int = 5,
+    verbose: bool = False,
+    reuse_profile_of: Optional[torch.jit.ScriptModule] = None,
+) -> torch.jit.ScriptModule:
+    """Returns `module` with its forward rewritten to train within `memory_limit` of activations.
+
+    memory_limit: bytes (int), a string ("512MiB", "2GiB", "50%"), a fraction (float) of the
+    unconstrained activation peak, or None for no limit. strategy: "optimal" (default),
+    "periodic", "revolve" or "none", for comparisons. The result shares parameters and buffers
+    with `module`; the module itself is left as it was. reuse_profile_of: a module rewritten from
+    the same model and input shapes, whose measured stage costs are reused instead of profiling.
+    """
+    scripted = _script(module)
+    if _C.is_rewritten(scripted._c):
+        raise ValueError("this module was already rewritten by jitckpt; call checkpoint on the original module")
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    progress = (lambda line: print(f"jitckpt: {line}", file=sys.stderr)) if verbose else (lambda line: None)
+    rewritten = _C.checkpoint(
+        scripted._c, list(example_inputs), _limit_text(memory_limit), strategy, slots, max_stages, segments,
+        profile_repeats, progress, _C.costs_json(reuse_profile_of._c) if reuse_profile_of is not None else "",
+    )
+    return torch.jit._recursive.wrap_cpp_module(rewritten)
+
+
+def is_rewritten(module: torch.jit.ScriptModule) -> bool:
+    return _C.is_rewritten(module._c)
+
+
+def dump(module: torch.jit.ScriptModule) -> str:
+    """The rewritten forward graph followed by the plan's stages and schedule."""
+    return _C.dump(module._c)
+
+
+def plan(module: torch.jit.ScriptModule) -> Dict[str, Any]:
+    """The plan of a rewritten module: schedule, predicted peak (bytes) and time (ms), the stage
+    costs, and the whole time-memory curve [(limit bytes, time ms), ...] of the optimal solver."""
+    return _C.plan_info(module._c)
+
+
+def partition(module: torch.jit.ScriptModule, max_stages: int = 0) -> Dict[str, Any]:
+    """How checkpoint() would cut `module` into stages (labels, boundary counts, text form)."""
+    return _C.partition(_script(module)._c, max_stages)
+
+
+class cpu_memory:
+    """Counts CPU tensor memory exactly inside a `with` block: `.peak` bytes above the start."""
+
+    def __enter__(self) -> "cpu_memory":
+        _C.start_cpu_memory_counting()
+        self.start = _C.reset_cpu_memory_peak()
+        self.peak = 0
+        return self
+
+    def __exit__(self, *exc: Optional[BaseException]) -> None:
+        self.peak = _C.cpu_memory_peak() - self.start
