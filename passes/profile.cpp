@@ -2,7 +2,6 @@
 // costs of the paper's Table 1 with the device's memory probe and stopwatch.
 #include "passes/profile.h"
 
-#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/torch.h>
@@ -14,11 +13,13 @@
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "passes/solver/baselines.h"
 #include "passes/solver/simulator.h"
 #include "runtime/probes/memory_probe.h"
 #include "runtime/probes/state_guard.h"
+#include "runtime/stage_backward.h"
 
 namespace jitckpt {
 namespace {
@@ -182,11 +183,34 @@ BackwardInputs backwardInputs(const Tensors& leaves, const Tensors& outputs,
   return b;
 }
 
+// B as the executor runs it: parameter gradients go into .grad (GradStandIns) as they are made.
 Tensors runBackward(const BackwardInputs& b) {
-  if (b.empty()) return Tensors(b.wrt.size());
-  return torch::autograd::grad(b.roots, b.wrt, b.deltas, /*retain_graph=*/false,
-                               /*create_graph=*/false, /*allow_unused=*/true);
+  return stageBackward(b.roots, b.deltas, b.wrt, b.num_input_leaves);
 }
+
+// Profiling runs B as the executor does, which adds parameter gradients into .grad. These are
+// zeroed stand-ins, allocated before any measurement: model memory held across the step, as in
+// a training step whose gradients already exist. The user's .grad is given back afterwards.
+class GradStandIns {
+ public:
+  explicit GradStandIns(const Tensors& lifted) {
+    for (const auto& t : lifted) {
+      if (!t.defined() || !t.requires_grad() || !t.is_leaf()) continue;
+      saved_.emplace_back(t, t.grad());
+      t.mutable_grad() = at::zeros_like(t);
+    }
+  }
+  ~GradStandIns() {
+    // In reverse, so that a tensor lifted twice ends with its own gradient, not a stand-in.
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it)
+      it->first.mutable_grad() = it->second;
+  }
+  GradStandIns(const GradStandIns&) = delete;
+  GradStandIns& operator=(const GradStandIns&) = delete;
+
+ private:
+  std::vector<std::pair<at::Tensor, at::Tensor>> saved_;
+};
 
 // Gradients of a stage's inputs in input order (undefined where none), as delta^{l-1}.
 Tensors inputGradients(const Tensors& leaves, const BackwardInputs& b, const Tensors& grads) {
@@ -226,7 +250,7 @@ int64_t measureUnconstrainedPeak(const StageRunner& runner, int L, const Tensors
     BackwardInputs b = backwardInputs(leaves[l], outputs[l], runner.parameters(l), delta);
     Tensors grads = runBackward(b);
     Tensors next = inputGradients(leaves[l], b, grads);
-    grads.clear();  // parameter gradients: dropped as if added into preallocated .grad buffers
+    grads.clear();
     b = BackwardInputs{};
     leaves[l].clear();
     outputs[l].clear();
@@ -317,6 +341,7 @@ ChainProfile profileStages(const Plan& plan, const ChainArguments& arguments,
   auto probe = probes::makeMemoryProbe(device);  // first: it must see the frees of what follows
   auto stopwatch = probes::makeStopwatch(device);
   probes::RngStateGuard rng(device);
+  const GradStandIns grad_stand_ins(arguments.lifted_tensors);
   const StageRunner runner(plan, arguments);
   const auto progress = options.progress ? options.progress : defaultProgress();
 
@@ -362,9 +387,8 @@ ChainProfile profileStages(const Plan& plan, const ChainArguments& arguments,
       const Tensors grads = runBackward(b);
       const int64_t peak = probe->peakBytes() - base;
       const Tensors input_grads(grads.begin(), grads.begin() + b.num_input_leaves);
-      const Tensors parameter_grads(grads.begin() + b.num_input_leaves, grads.end());
       s.input_grad_bytes = storageBytes(input_grads);
-      s.parameter_grad_bytes = storageBytes(parameter_grads);
+      s.parameter_grad_bytes = storageBytes(parameters);  // a gradient has its tensor's size
       s.backward_overhead = std::max<int64_t>(0, peak - s.input_grad_bytes);
     }
 

@@ -78,10 +78,13 @@ struct ProfileOptions {
 struct StageProfile {  // the measurements behind one stage's costs, for reports and tests
   std::string label;
   double forward_ms = 0, backward_ms = 0;
-  int64_t output_bytes = 0;          // wa
-  int64_t recorded_bytes = 0;        // live bytes after Fall minus before (wabar before max)
-  int64_t input_grad_bytes = 0;      // wd[l-1]
-  int64_t parameter_grad_bytes = 0;  // gradients of lifted tensors, excluded from ob
+  int64_t output_bytes = 0;      // wa
+  int64_t recorded_bytes = 0;    // live bytes after Fall minus before (wabar before max)
+  int64_t input_grad_bytes = 0;  // wd[l-1]
+  // Size of the stage's parameter gradients: they are added into .grad one at a time as B
+  // makes them, so ob holds only the one in flight (all of them when a lifted tensor is not a
+  // leaf).
+  int64_t parameter_grad_bytes = 0;
   int64_t forward_overhead_no_grad = 0, forward_overhead_grad = 0;  // of = max of the two
   int64_t backward_overhead = 0;                                    // ob
 };

@@ -6,11 +6,12 @@
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 #include <c10/core/GradMode.h>
-#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
 #include <algorithm>
 #include <mutex>
+
+#include "runtime/stage_backward.h"
 
 namespace jitckpt {
 namespace {
@@ -207,6 +208,7 @@ void ChainExecutor::execute(const solver::Op& op) {
           targets.emplace_back(true, i);
         }
       }
+      const size_t num_input_leaves = wrt.size();
       for (size_t k : stage.lifted) {
         if (plan_->lifted_kinds[k] == LiftedKind::Scalar) continue;
         const size_t position = plan_->lifted_position[k];
@@ -216,10 +218,10 @@ void ChainExecutor::execute(const solver::Op& op) {
         }
       }
       std::vector<at::Tensor> input_grads(rec.leaves.size());
-      if (!roots.empty() && !wrt.empty()) {
-        std::vector<at::Tensor> computed =
-            torch::autograd::grad(roots, wrt, root_grads, /*retain_graph=*/false,
-                                  /*create_graph=*/false, /*allow_unused=*/true);
+      {
+        // Parameter gradients usually go straight into .grad inside stageBackward; they come
+        // back here only when the stage also reads a non-leaf lifted tensor.
+        std::vector<at::Tensor> computed = stageBackward(roots, root_grads, wrt, num_input_leaves);
         for (size_t i = 0; i < computed.size(); ++i) {
           if (!computed[i].defined()) continue;
           const auto [is_input, index] = targets[i];
