@@ -1,59 +1,100 @@
-"""Shared helpers for the demo and the benchmarks: models, training steps, measurements."""
+"""Shared helpers for the demo and the benchmarks: training steps, measurements, gradients."""
+import gc
 import io
+import os
 import statistics
 import time
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
-import torchvision
 
 import jitckpt
+import zoo
+
+Step = Callable[[], None]
 
 
-def scripted_resnet(depth: int, seed: int = 0) -> torch.jit.ScriptModule:
-    torch.manual_seed(seed)
-    model = getattr(torchvision.models, f"resnet{depth}")()
-    return torch.jit.script(model.train())
+def use_threads(threads: int = 0) -> int:
+    """Sets the intra-op thread count (0: one per core) and returns it. Set explicitly: some
+    machines' OpenMP starts with one thread whatever the core count (seen on the 2-core CI kind,
+    where two threads make a ResNet-50 step six times faster)."""
+    torch.set_num_threads(threads or os.cpu_count() or 1)
+    return torch.get_num_threads()
 
 
-def eager_sequential_resnet(model: torch.nn.Module) -> torch.nn.Sequential:
-    """The equivalent nn.Sequential of a torchvision ResNet, for checkpoint_sequential."""
-    blocks: List[torch.nn.Module] = [model.conv1, model.bn1, model.relu, model.maxpool]
-    for layer in (model.layer1, model.layer2, model.layer3, model.layer4):
-        blocks.extend(layer.children())
-    blocks += [model.avgpool, torch.nn.Flatten(1), model.fc]
-    return torch.nn.Sequential(*blocks)
+def loss_of(output) -> torch.Tensor:
+    return zoo.logits(output).float().pow(2).mean()
 
 
-def loss_of(output: torch.Tensor) -> torch.Tensor:
-    return output.float().pow(2).mean()
+def make_step(model: Callable, x: torch.Tensor, parameters: Sequence[torch.Tensor]) -> Step:
+    """One training step. Gradients are zeroed, not freed: they stay allocated across steps as
+    model memory, outside what the step's peak counts."""
+    def step() -> None:
+        for p in parameters:
+            if p.grad is not None:
+                p.grad.zero_()
+        loss_of(model(x)).backward()
+    return step
 
 
-def train_step(model: Callable, x: torch.Tensor, parameters: Sequence[torch.Tensor]) -> None:
-    for p in parameters:
-        if p.grad is not None:
-            p.grad.zero_()  # gradients stay allocated: model memory, outside the activation budget
-    loss_of(model(x)).backward()
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
-def measure(model: Callable, x: torch.Tensor, parameters: Sequence[torch.Tensor], runs: int = 5,
-            min_seconds: float = 0.3) -> Tuple[float, int]:
-    """(median seconds per step, peak bytes above what was held before a step), CPU only."""
-    train_step(model, x, parameters)  # warm-up; allocates the gradients
+def step_peak(step: Step, device: str) -> int:
+    """Peak bytes of tensor memory one step holds above what was held before it: the counting
+    allocator on the CPU (exact), the caching allocator's allocated-bytes peak on CUDA."""
+    if device.startswith("cuda"):
+        synchronize(device)
+        torch.cuda.reset_peak_memory_stats()
+        start = torch.cuda.memory_allocated()
+        step()
+        synchronize(device)
+        return torch.cuda.max_memory_allocated() - start
     with jitckpt.cpu_memory() as memory:
-        train_step(model, x, parameters)
-    steps = 1
+        step()
+    return memory.peak
+
+
+def steps_per_run(step: Step, device: str, min_seconds: float) -> int:
+    """How many steps make one timed run last at least min_seconds (the paper: 500 ms)."""
+    synchronize(device)
     start = time.perf_counter()
-    train_step(model, x, parameters)
-    once = time.perf_counter() - start
-    steps = max(1, int(min_seconds / max(once, 1e-6)))
+    step()
+    synchronize(device)
+    return max(1, int(min_seconds / max(time.perf_counter() - start, 1e-6)) + 1)
+
+
+def measure(step: Step, device: str, runs: int = 5, min_seconds: float = 0.5,
+            steps: Optional[int] = None) -> Tuple[float, int]:
+    """(median seconds per step over `runs` timed runs of `steps` steps each, step peak bytes),
+    after a warm-up step that also allocates the gradients. `steps` defaults to enough for a run
+    to last min_seconds."""
+    step()
+    peak = step_peak(step, device)
+    if steps is None:
+        steps = steps_per_run(step, device, min_seconds)
     timings = []
     for _ in range(runs):
+        synchronize(device)
         start = time.perf_counter()
         for _ in range(steps):
-            train_step(model, x, parameters)
+            step()
+        synchronize(device)
         timings.append((time.perf_counter() - start) / steps)
-    return statistics.median(timings), memory.peak
+    return statistics.median(timings), peak
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    return "out of memory" in str(error).lower()
+
+
+def release_memory(device: str) -> None:
+    """After a failed step (out of memory): drop what it left and give cached blocks back."""
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
 
 
 def gradients(model: torch.jit.ScriptModule, x: torch.Tensor) -> Dict[str, torch.Tensor]:

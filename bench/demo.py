@@ -13,7 +13,8 @@ import os
 import torch
 
 import jitckpt
-from common import fresh_copy, gradients, measure, scripted_resnet
+import zoo
+from common import fresh_copy, gradients, make_step, measure, use_threads
 
 
 def main() -> None:
@@ -24,9 +25,10 @@ def main() -> None:
     parser.add_argument("--out", default="build/demo")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    use_threads()
     torch.manual_seed(0)
 
-    base = scripted_resnet(args.depth)
+    base, _ = zoo.build(f"resnet{args.depth}", "cpu")
     x = torch.randn(args.batch, 3, args.image, args.image)
     print(f"ResNet-{args.depth}, batch {args.batch}, {args.image}x{args.image}, CPU, {torch.get_num_threads()} threads")
 
@@ -51,14 +53,17 @@ def main() -> None:
             info = jitckpt.plan(rewritten)
             grads = gradients(fresh_copy(rewritten), x)
             identical = all(torch.equal(grads[name], reference[name]) for name in reference)
-            seconds, peak = measure(rewritten, x, list(rewritten.parameters()), runs=3)
+            seconds, peak = measure(make_step(rewritten, x, list(rewritten.parameters())), "cpu", runs=3,
+                                  min_seconds=0.3)
             rows.append({
                 "strategy": strategy, "limit": "unconstrained" if fraction is None else f"{fraction:.0%}",
                 "limit_bytes": info["memory_limit"], "predicted_peak": info["predicted_peak"],
                 "measured_peak": peak, "predicted_ms": info["predicted_time_ms"], "measured_ms": seconds * 1e3,
                 "stages": info["num_stages"], "gradients_identical": identical,
             })
-    plain_seconds, plain_peak = measure(fresh_copy(base), x, list(base.parameters()), runs=3)
+    plain = fresh_copy(base)
+    plain_seconds, plain_peak = measure(make_step(plain, x, list(plain.parameters())), "cpu", runs=3,
+                                        min_seconds=0.3)
 
     fmt = jitckpt._C.format_bytes
     print(f"\nplain TorchScript: step {plain_seconds * 1e3:.1f} ms, measured peak {fmt(plain_peak)}")

@@ -1,184 +1,291 @@
-"""The paper's experiment (section 5): throughput against peak memory for a model, image size and
-batch, one series per strategy. CPU mode (default) measures with the counting allocator;
-on CUDA (--device cuda) with the caching allocator's peak.
+"""One experiment of the paper's protocol (section 5): for a model, image size, batch and device,
+the throughput of a training step against its peak memory, one series per strategy.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/models_bench.py --depth 18 --image 64 --batch 8 \
-        --out bench/results/cpu
+    PYTHONPATH=build/python /usr/bin/python3 bench/models_bench.py --model resnet18 --image 64 \
+        --batch 8 --out bench/results/cpu
 
-Strategies: plain TorchScript; torch.utils.checkpoint.checkpoint_sequential on the equivalent eager
-nn.Sequential (2 to 2*sqrt(L) segments); jitckpt periodic (same segment counts) and revolve-style;
-jitckpt optimal at 10 limits evenly spaced up to the unconstrained peak. Writes <out>/<name>.csv,
-<out>/<name>.png and <out>/<name>-summary.txt.
+Series:
+  plain       the scripted model under TorchScript's executor, no checkpointing
+  sequential  torch.utils.checkpoint.checkpoint_sequential on the equivalent eager nn.Sequential,
+              10 segment counts from 2 to 2*sqrt(L) (L: the Sequential's length)
+  periodic    jitckpt's periodic schedule, 2 to 2*sqrt(L) segments (L: jitckpt's stage count)
+  revolve     jitckpt's revolve-style schedule at each limit
+  optimal     jitckpt's optimal schedule, unconstrained and at --limits limits evenly spaced up to
+              the unconstrained activation peak (the profile is taken once and reused)
+  compile     torch.compile with torch._functorch.config.activation_memory_budget at each of
+              --compile-budgets, where that option exists (PyTorch 2.4+); it also fuses kernels,
+              so its throughput does not isolate the schedule
+
+Plain and jitckpt unconstrained are also timed in --paired-rounds alternating rounds: their ratio
+is the overhead figure that machine drifts do not move.
+
+Each point: a warm-up step (it allocates the gradients), the peak of one step above what was held
+before it (CPU: jitckpt's counting allocator, exact; CUDA: the caching allocator's allocated-bytes
+peak), then the median of --runs timed runs, each of as many steps as make plain last
+--min-seconds (the paper: 5 runs, 500 ms). A point that runs out of memory is recorded with status
+"oom" and left off the plot, as in the paper; a limit that a strategy cannot meet, as "infeasible".
+
+Writes <out>/<name>.csv (the points), <name>.json (settings, points, summary) and <name>.png.
 """
 import argparse
-import copy
 import csv
+import inspect
+import json
 import math
 import os
+import platform
 import statistics
+import sys
 import time
+import warnings
+from typing import Callable, Dict, List, Optional
 
 import torch
 import torch.utils.checkpoint
 
 import jitckpt
-from common import eager_sequential_resnet, fresh_copy, loss_of, scripted_resnet
+import summary
+import zoo
+from common import (is_out_of_memory, make_step, measure, release_memory, steps_per_run, synchronize,
+                    use_threads)
+
+FIELDS = ["strategy", "parameter", "status", "limit_bytes", "measured_peak", "measured_ms", "throughput",
+          "predicted_peak", "predicted_ms", "note"]
+STYLES = {"plain": ("s", "red"), "sequential": ("x", "purple"), "periodic": ("+", "gray"),
+          "revolve": ("o-", "green"), "optimal": ("^-", "blue"), "compile": ("d-", "orange")}
 
 
-def step_fn(model, x, parameters, device):
-    def step():
-        for p in parameters:
-            if p.grad is not None:
-                p.grad.zero_()
-        loss_of(model(x)).backward()
-        if device == "cuda":
-            torch.cuda.synchronize()
-    return step
+def segment_counts(length: int, count: int = 10) -> List[int]:
+    """The paper's segment counts: `count` values from 2 (always) to 2*sqrt(length)."""
+    top = max(2.0, 2 * math.sqrt(length))
+    return sorted({min(length, max(2, round(2 + i * (top - 2) / (count - 1)))) for i in range(count)})
 
 
-def measure(step, device, runs, min_seconds):
-    step()  # warm-up, allocates gradients
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        start_bytes = torch.cuda.memory_allocated()
-        step()
-        peak = torch.cuda.max_memory_allocated() - start_bytes
-    else:
-        with jitckpt.cpu_memory() as memory:
-            step()
-        peak = memory.peak
-    start = time.perf_counter()
-    step()
-    steps = max(1, int(min_seconds / max(time.perf_counter() - start, 1e-6)))
-    timings = []
-    for _ in range(runs):
+def sequential_forward(eager: torch.nn.Sequential, segments: int) -> Callable:
+    # 2.x asks for use_reentrant; 1.13 has only the reentrant form, which needs an input that
+    # requires grad (the caller gives one).
+    if uses_reentrant_checkpoint():
+        return lambda x: torch.utils.checkpoint.checkpoint_sequential(eager, segments, x)
+    return lambda x: torch.utils.checkpoint.checkpoint_sequential(eager, segments, x, use_reentrant=False)
+
+
+def uses_reentrant_checkpoint() -> bool:
+    return "use_reentrant" not in inspect.signature(torch.utils.checkpoint.checkpoint_sequential).parameters
+
+
+def paired_ratio(base: Callable, other: Callable, device: str, steps: int, rounds: int) -> float:
+    """Median over rounds of time(other) / time(base), each round timing one run of `steps` steps
+    of each, the order alternating: slow drifts of the machine cancel out of the ratio."""
+    def run(step: Callable) -> float:
+        synchronize(device)
         start = time.perf_counter()
         for _ in range(steps):
             step()
-        timings.append((time.perf_counter() - start) / steps)
-    return statistics.median(timings), peak
+        synchronize(device)
+        return time.perf_counter() - start
+
+    ratios = []
+    for i in range(rounds):
+        if i % 2 == 0:
+            a, b = run(base), run(other)
+        else:
+            b, a = run(other), run(base)
+        ratios.append(b / a)
+    return statistics.median(ratios)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--depth", type=int, default=18)
-    parser.add_argument("--image", type=int, default=64)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--min-seconds", type=float, default=0.5)
-    parser.add_argument("--limits", type=int, default=10)
-    parser.add_argument("--out", default="bench/results/cpu")
-    args = parser.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-    name = f"resnet{args.depth}-{args.image}px-batch{args.batch}-{args.device}"
-    device = args.device
-    torch.manual_seed(0)
-    x = torch.randn(args.batch, 3, args.image, args.image, device=device)
-    base = scripted_resnet(args.depth).to(device)
-    rows = []
+def functorch_config():
+    try:
+        import torch._functorch.config as config
+    except ImportError:
+        return None
+    return config if hasattr(config, "activation_memory_budget") else None
 
-    def record(strategy, parameter, seconds, peak, info=None):
-        row = {"strategy": strategy, "parameter": parameter, "measured_peak": peak,
-               "measured_ms": seconds * 1e3, "throughput": args.batch / seconds,
+
+class Experiment:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.device = args.device
+        self.name = f"{args.model}-{args.image}px-batch{args.batch}-{args.device.split(':')[0]}"
+        self.rows: List[Dict] = []
+        self.steps: Optional[int] = None  # steps per timed run, fixed by plain (the paper's rule)
+        self.paired_overhead: Optional[float] = None
+
+    def record(self, strategy: str, parameter, status: str, seconds: float = 0.0, peak: int = 0,
+               info: Optional[Dict] = None, note: str = "") -> None:
+        row = {"strategy": strategy, "parameter": parameter, "status": status,
+               "limit_bytes": info["memory_limit"] if info else "",
+               "measured_peak": peak if status == "ok" else "", "measured_ms": seconds * 1e3 if status == "ok" else "",
+               "throughput": self.args.batch / seconds if status == "ok" else "",
                "predicted_peak": info["predicted_peak"] if info else "",
-               "predicted_ms": info["predicted_time_ms"] if info else ""}
-        rows.append(row)
-        print(f"{strategy:10s} {str(parameter):>12s}  peak {peak / 2**20:9.2f} MiB  "
-              f"{row['throughput']:8.2f} img/s" + (f"  (predicted {info['predicted_peak'] / 2**20:.2f} MiB, "
-                                                   f"{info['predicted_time_ms']:.1f} ms)" if info else ""), flush=True)
+               "predicted_ms": info["predicted_time_ms"] if info else "", "note": note}
+        self.rows.append(row)
+        text = (f"peak {peak / 2**20:10.2f} MiB  {row['throughput']:8.3f} img/s" if status == "ok" else status)
+        if info:
+            text += f"  (predicted {info['predicted_peak'] / 2**20:.2f} MiB, {info['predicted_time_ms']:.1f} ms)"
+        print(f"{strategy:10s} {str(parameter):>14s}  {text}  {note}", flush=True)
 
-    plain = fresh_copy(base)
-    record("plain", "", *measure(step_fn(plain, x, list(plain.parameters()), device), device, args.runs, args.min_seconds))
-
-    torch.manual_seed(0)
-    eager = eager_sequential_resnet(__import__("torchvision").models.__dict__[f"resnet{args.depth}"]()).to(device).train()
-    length = len(eager)
-    segment_counts = sorted({max(2, round(2 + i * (2 * math.sqrt(length) - 2) / 9)) for i in range(10)})
-    xg = x.clone().requires_grad_(True)  # reentrant checkpointing needs an input that requires grad
-    for k in segment_counts:
-        seq_step = step_fn(lambda inp: torch.utils.checkpoint.checkpoint_sequential(eager, k, inp), xg,
-                           list(eager.parameters()), device)
-        record("sequential", k, *measure(seq_step, device, args.runs, args.min_seconds))
-
-    def jitckpt_point(strategy, parameter, **kwargs):
+    def run_point(self, strategy: str, parameter, step_factory: Callable[[], Callable],
+                  info: Optional[Dict] = None) -> None:
+        """Measures one point; out of memory is recorded, not raised."""
         try:
-            model = jitckpt.checkpoint(fresh_copy(base), (x,), strategy=strategy, profile_repeats=3, **kwargs)
+            seconds, peak = measure(step_factory(), self.device, self.args.runs, self.args.min_seconds, self.steps)
         except RuntimeError as error:
-            print(f"{strategy:10s} {str(parameter):>12s}  skipped: {str(error).splitlines()[0][:100]}")
-            return
+            if not is_out_of_memory(error):
+                raise
+            seconds = None  # release after the except block: its traceback holds the step's tensors
+        if seconds is None:
+            release_memory(self.device)
+            self.record(strategy, parameter, "oom", info=info)
+        else:
+            self.record(strategy, parameter, "ok", seconds, peak, info)
+
+    def jitckpt_point(self, scripted, x, strategy: str, parameter, reuse, **kwargs) -> Optional[Dict]:
+        try:
+            model = jitckpt.checkpoint(scripted, (x,), strategy=strategy, reuse_profile_of=reuse, **kwargs)
+        except RuntimeError as error:
+            first = str(error).strip().splitlines()[0]
+            status = "oom" if is_out_of_memory(error) else "infeasible"
+            model = None
+        if model is None:
+            release_memory(self.device)
+            self.record(strategy, parameter, status, note=first[:160])
+            return None
         info = jitckpt.plan(model)
-        record(strategy, parameter, *measure(step_fn(model, x, list(model.parameters()), device), device,
-                                             args.runs, args.min_seconds), info)
+        self.run_point(strategy, parameter, lambda: make_step(model, x, list(model.parameters())), info)
         return info
 
-    unconstrained = jitckpt_point("optimal", "unconstrained", memory_limit=None)
-    peak = unconstrained["unconstrained_peak"]
-    for k in segment_counts:
-        jitckpt_point("periodic", k, memory_limit=None, segments=k)
-    for i in range(1, args.limits + 1):
-        limit = int(peak * i / args.limits)
-        jitckpt_point("revolve", limit, memory_limit=limit)
-        jitckpt_point("optimal", limit, memory_limit=limit)
+    def run(self) -> None:
+        args, device = self.args, self.device
+        scripted, eager = zoo.build(args.model, device)
+        parameters = list(scripted.parameters())
+        torch.manual_seed(1)
+        x = torch.randn(args.batch, 3, args.image, args.image, device=device)
+        print(f"{self.name}: torch {torch.__version__}, {torch.get_num_threads()} CPU threads"
+              + (f", {torch.cuda.get_device_name()}" if device.startswith("cuda") else ""), flush=True)
 
-    with open(os.path.join(args.out, f"{name}.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-        writer.writeheader()
-        writer.writerows(rows)
+        plain_step = make_step(scripted, x, parameters)
+        try:
+            plain_step()
+            self.steps = steps_per_run(plain_step, device, args.min_seconds)
+        except RuntimeError as error:
+            if not is_out_of_memory(error):
+                raise
+        if self.steps is None:  # plain does not fit: every point calibrates its own runs
+            release_memory(device)
+        self.run_point("plain", "", lambda: plain_step)
 
-    # Summary (paper, section 5.4).
-    def best_at_or_below(strategy, memory):
-        points = [r["throughput"] for r in rows if r["strategy"] == strategy and r["measured_peak"] <= memory]
-        return max(points) if points else None
+        # Reentrant checkpointing (1.13's only form) needs an input that requires grad.
+        x_seq = x.clone().requires_grad_(True) if uses_reentrant_checkpoint() else x
+        for k in segment_counts(len(eager)):
+            self.run_point("sequential", k, lambda k=k: make_step(sequential_forward(eager, k), x_seq, parameters))
 
-    lines = []
-    for baseline in ("sequential", "periodic"):
-        gains = []
-        for r in rows:
-            if r["strategy"] != baseline:
-                continue
-            optimal = best_at_or_below("optimal", r["measured_peak"])
-            if optimal:
-                gains.append(optimal / r["throughput"] - 1)
-        if gains:
-            lines.append(f"throughput gain of optimal over {baseline} at equal or lower measured memory: "
-                         f"mean {100 * statistics.mean(gains):+.1f}% over {len(gains)} points")
-    predicted = [r for r in rows if r["predicted_peak"] != ""]
-    mape_peak = statistics.mean(abs(r["measured_peak"] - r["predicted_peak"]) / r["measured_peak"] for r in predicted)
-    mape_time = statistics.mean(abs(r["measured_ms"] - r["predicted_ms"]) / r["measured_ms"] for r in predicted)
-    lines.append(f"mean absolute percentage error, predicted vs measured: peak {100 * mape_peak:.1f}%, "
-                 f"time {100 * mape_time:.1f}% over {len(predicted)} jitckpt points")
-    plain_row = rows[0]
-    unconstrained_row = next(r for r in rows if r["strategy"] == "optimal" and r["parameter"] == "unconstrained")
-    lines.append(f"jitckpt at an unconstrained limit against plain TorchScript: time x"
-                 f"{unconstrained_row['measured_ms'] / plain_row['measured_ms']:.3f}, "
-                 f"peak x{unconstrained_row['measured_peak'] / plain_row['measured_peak']:.3f}")
-    summary = "\n".join(lines)
-    print("\n" + summary)
-    with open(os.path.join(args.out, f"{name}-summary.txt"), "w") as f:
-        f.write(f"command: PYTHONPATH=build/python /usr/bin/python3 bench/models_bench.py --depth {args.depth} "
-                f"--image {args.image} --batch {args.batch} --device {args.device} --out {args.out}\n")
-        f.write(summary + "\n")
+        profiled = jitckpt.checkpoint(scripted, (x,), memory_limit=None, profile_repeats=args.profile_repeats)
+        first = jitckpt.plan(profiled)
+        profiled_step = make_step(profiled, x, parameters)
+        self.run_point("optimal", "unconstrained", lambda: profiled_step, first)
+        if self.steps is not None and self.rows[-1]["status"] == "ok" and args.paired_rounds > 0:
+            self.paired_overhead = paired_ratio(plain_step, profiled_step, device, self.steps, args.paired_rounds)
+            print(f"paired time ratio, jitckpt unconstrained / plain: x{self.paired_overhead:.3f}", flush=True)
+        del plain_step, profiled_step
+        for k in segment_counts(first["num_stages"]):
+            self.jitckpt_point(scripted, x, "periodic", k, profiled, memory_limit=None, segments=k)
+        peak = first["unconstrained_peak"]
+        for i in range(1, args.limits + 1):
+            limit = int(peak * i / args.limits)
+            self.jitckpt_point(scripted, x, "revolve", limit, profiled, memory_limit=limit)
+            self.jitckpt_point(scripted, x, "optimal", limit, profiled, memory_limit=limit)
 
+        config = functorch_config()
+        budgets = [float(b) for b in args.compile_budgets.split(",") if b]
+        if config is None:
+            print("compile: skipped, this PyTorch has no torch._functorch.config.activation_memory_budget")
+        for budget in budgets if config is not None else []:
+            torch._dynamo.reset()
+            saved = config.activation_memory_budget
+            config.activation_memory_budget = budget  # read when the first step compiles
+            try:
+                compiled = torch.compile(eager)
+                self.run_point("compile", budget, lambda: make_step(compiled, x, parameters))
+            finally:
+                config.activation_memory_budget = saved
+        self.write(first["num_stages"], len(eager))
+
+    def write(self, stages: int, sequential_length: int) -> None:
+        args = self.args
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, f"{self.name}.csv"), "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=FIELDS)
+            writer.writeheader()
+            writer.writerows(self.rows)
+        figures = summary.summarize(self.rows, self.paired_overhead)
+        print("\n" + "\n".join(summary.describe(figures)))
+        settings = {k: v for k, v in vars(args).items() if k != "out"}
+        settings.update({"name": self.name, "torch": torch.__version__, "threads": torch.get_num_threads(),
+                         "machine": platform.node(), "jitckpt_stages": stages, "sequential_length": sequential_length,
+                         "steps_per_run": self.steps, "command": "bench/models_bench.py " + " ".join(sys.argv[1:])})
+        if self.device.startswith("cuda"):
+            settings["gpu"] = torch.cuda.get_device_name()
+        with open(os.path.join(args.out, f"{self.name}.json"), "w") as f:
+            json.dump({"settings": settings, "rows": self.rows, "summary": figures}, f, indent=1)
+        plot(self.rows, f"{args.model}, {args.image}x{args.image}, batch {args.batch}, {self.device}",
+             os.path.join(args.out, f"{self.name}.png"))
+
+
+def draw(ax, rows: List[Dict], title: str) -> None:
+    """Throughput against peak memory, one series per strategy, shaped like the paper's figures;
+    points that ran out of memory or could not meet their limit are left off."""
+    peaks = [r["measured_peak"] for r in rows if r["status"] == "ok"]
+    unit, scale = ("GiB", 2**30) if peaks and max(peaks) >= 2**30 else ("MiB", 2**20)
+    for strategy, (marker, color) in STYLES.items():
+        points = sorted((r["measured_peak"] / scale, r["throughput"]) for r in rows
+                        if r["strategy"] == strategy and r["status"] == "ok")
+        if points:
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker, color=color, label=strategy)
+    ax.set_xlabel(f"peak memory of a training step ({unit})")
+    ax.set_ylabel("throughput (images/s)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+
+
+def plot(rows: List[Dict], title: str, path: str) -> None:
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(6.5, 4.5))
-        styles = {"plain": ("s", "red"), "sequential": ("x", "purple"), "periodic": ("+", "gray"),
-                  "revolve": ("o-", "green"), "optimal": ("^-", "blue")}
-        for strategy, (marker, color) in styles.items():
-            points = sorted((r["measured_peak"] / 2**20, r["throughput"]) for r in rows if r["strategy"] == strategy)
-            if points:
-                ax.plot([p[0] for p in points], [p[1] for p in points], marker, color=color, label=strategy)
-        ax.set_xlabel("peak memory (MiB)")
-        ax.set_ylabel("throughput (images/s)")
-        ax.set_title(f"ResNet-{args.depth}, {args.image}x{args.image}, batch {args.batch}, {args.device}")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(os.path.join(args.out, f"{name}.png"), dpi=120)
     except ImportError:
-        pass
+        print("matplotlib missing: no plot")
+        return
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    draw(ax, rows, title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="resnet18", help="see bench/zoo.py")
+    parser.add_argument("--image", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--runs", type=int, default=5, help="timed runs; the median is kept")
+    parser.add_argument("--min-seconds", type=float, default=0.5, help="length of a timed run of plain")
+    parser.add_argument("--limits", type=int, default=10, help="memory limits for optimal and revolve")
+    parser.add_argument("--profile-repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0, help="intra-op CPU threads (0: one per core)")
+    parser.add_argument("--paired-rounds", type=int, default=7,
+                        help="alternating rounds timing plain against jitckpt unconstrained (0: none)")
+    parser.add_argument("--compile-budgets", default="0.2,0.4,0.6,0.8,1.0",
+                        help="activation_memory_budget values for torch.compile ('' for none)")
+    parser.add_argument("--out", default="bench/results/cpu")
+    args = parser.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: this PyTorch sees no CUDA device")
+    warnings.filterwarnings("ignore", category=UserWarning)
+    use_threads(args.threads)
+    Experiment(args).run()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CUDA check for anyone with a GPU: builds jitckpt against the PyTorch of the current Python with
-# CUDA on (no GoogleTest or FileCheck needed: tests off), then runs the CUDA check program
+# CUDA on (no GoogleTest, FileCheck or CLI11 needed: tests and tools off), then runs the CUDA check program
 # test/runtime/probe_cuda_check (CUDA probe, CUDA-event timing, the profiler on CUDA, model state,
 # a rewritten training step's memory and gradients).
 #
@@ -8,7 +8,8 @@
 #
 # Exits non-zero when the build or any check fails; prints SKIPPED and exits 0 when PyTorch has no
 # CUDA or no GPU is visible. Needs CMake >= 3.18, a C++17 compiler, the CUDA toolkit that PyTorch's
-# CMake config looks for, and nlohmann-json (Debian/Ubuntu: nlohmann-json3-dev).
+# CMake config looks for, and nlohmann-json (Debian/Ubuntu: nlohmann-json3-dev; where no registry is
+# reached, `scripts/bench.sh header-deps` on a Debian machine unpacks it into .deps/ to bring along).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,8 +39,12 @@ if command -v ninja >/dev/null; then generator=(-G Ninja); fi
 jobs=$(nproc 2>/dev/null || echo 4)
 # The check project builds the whole library (passes, runtime, tools) from the repository root with
 # tests, benchmarks and Python bindings off, plus the check program.
+# Header-only dependencies unpacked by `scripts/bench.sh header-deps` (for machines without a
+# package registry) are found in .deps/; JITCKPT_CMAKE_ARGS adds options (bench.sh gpu: Python).
+[ -d "$root/.deps/usr" ] && prefix="$prefix;$root/.deps/usr"
+read -r -a extra <<<"${JITCKPT_CMAKE_ARGS:-}"
 cmake -S "$root/test/runtime/probe_cuda_check" -B "$build" "${generator[@]}" \
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix"
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" "${extra[@]}"
 cmake --build "$build" -j "$jobs"
 
 echo "== running $build/jitckpt-probe-cuda-check"
