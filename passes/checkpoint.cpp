@@ -9,6 +9,7 @@
 #include "passes/profile.h"
 #include "passes/rewrite.h"
 #include "passes/solver/baselines.h"
+#include "passes/solver/best_schedule.h"
 #include "passes/solver/memory_size.h"
 #include "passes/solver/persistent_dp.h"
 #include "passes/solver/simulator.h"
@@ -19,9 +20,12 @@ MemoryLimit MemoryLimit::parse(const std::string& text) {
   try {
     const solver::MemorySpec spec = solver::parseMemorySpec(text);
     switch (spec.kind) {
-      case solver::MemorySpec::Kind::Bytes: return bytes(static_cast<int64_t>(spec.value));
-      case solver::MemorySpec::Kind::Fraction: return fraction(spec.value);
-      case solver::MemorySpec::Kind::Unlimited: return unlimited();
+      case solver::MemorySpec::Kind::Bytes:
+        return bytes(static_cast<int64_t>(spec.value));
+      case solver::MemorySpec::Kind::Fraction:
+        return fraction(spec.value);
+      case solver::MemorySpec::Kind::Unlimited:
+        return unlimited();
     }
   } catch (const std::invalid_argument& e) {
     TORCH_CHECK(false, e.what());
@@ -39,10 +43,14 @@ Strategy parseStrategy(const std::string& name) {
 
 std::string toString(Strategy strategy) {
   switch (strategy) {
-    case Strategy::Optimal: return "optimal";
-    case Strategy::Periodic: return "periodic";
-    case Strategy::Revolve: return "revolve";
-    case Strategy::None: return "none";
+    case Strategy::Optimal:
+      return "optimal";
+    case Strategy::Periodic:
+      return "periodic";
+    case Strategy::Revolve:
+      return "revolve";
+    case Strategy::None:
+      return "none";
   }
   return "?";
 }
@@ -55,30 +63,34 @@ void solvePlan(Plan& plan, const MemoryLimit& limit, Strategy strategy, int segm
   plan.unconstrained_peak = unconstrained;
   int64_t bytes = unconstrained;
   if (limit.kind == MemoryLimit::Kind::Bytes) bytes = static_cast<int64_t>(limit.value);
-  if (limit.kind == MemoryLimit::Kind::Fraction) bytes = static_cast<int64_t>(limit.value * static_cast<double>(unconstrained));
+  if (limit.kind == MemoryLimit::Kind::Fraction)
+    bytes = static_cast<int64_t>(limit.value * static_cast<double>(unconstrained));
   plan.memory_limit = bytes;
   plan.strategy = toString(strategy);
-  const std::string tried = "a memory limit of " + formatBytes(bytes) + " for activations (the unconstrained peak is " +
+  const std::string tried = "a memory limit of " + formatBytes(bytes) +
+                            " for activations (the unconstrained peak is " +
                             formatBytes(unconstrained) + ")";
 
   Schedule schedule;
   switch (strategy) {
     case Strategy::Optimal: {
-      PersistentSolver table(costs, std::max<int64_t>({bytes, unconstrained + unconstrained / 4, 1}), plan.slots);
-      SolveResult result = table.solve(std::min(bytes, table.maxLimit()));
-      if (!result.feasible) {
-        const int64_t smallest = table.minFeasibleLimit();
-        TORCH_CHECK(false, "no checkpointing schedule fits in ", tried, "; the smallest limit that works is ",
-                    formatBytes(smallest), " (", smallest, " bytes). Raise the limit, or use a smaller batch or input");
-      }
-      schedule = result.schedule;
-      plan.curve = table.curve();
+      // The schedule: the fastest that fits with exact sizes, among the DP's at this limit's own
+      // resolution and the baselines' (best_schedule.h). The curve: one wider table.
+      const BestSchedule best = solveBest(costs, bytes, plan.slots, L);
+      TORCH_CHECK(best.result.feasible, "no checkpointing schedule fits in ", tried,
+                  "; the smallest limit that works is ",
+                  formatBytes(best.result.min_feasible_limit), " (", best.result.min_feasible_limit,
+                  " bytes). Raise the limit, or use a smaller batch or input");
+      schedule = best.result.schedule;
+      plan.curve = PersistentSolver(costs, std::max<int64_t>(unconstrained + unconstrained / 4, 1),
+                                    plan.slots)
+                       .curve();
       break;
     }
     case Strategy::Revolve: {
       SolveResult result = solveRevolve(costs, bytes, plan.slots);
-      TORCH_CHECK(result.feasible, "no revolve-style schedule fits in ", tried, "; the smallest limit that works is ",
-                  formatBytes(result.min_feasible_limit));
+      TORCH_CHECK(result.feasible, "no revolve-style schedule fits in ", tried,
+                  "; the smallest limit that works is ", formatBytes(result.min_feasible_limit));
       schedule = result.schedule;
       break;
     }
@@ -95,14 +107,15 @@ void solvePlan(Plan& plan, const MemoryLimit& limit, Strategy strategy, int segm
           schedule = s;
         }
       }
-      TORCH_CHECK(!schedule.empty(), "no periodic schedule fits in ", tried, "; the smallest that works needs ",
-                  formatBytes(smallest));
+      TORCH_CHECK(!schedule.empty(), "no periodic schedule fits in ", tried,
+                  "; the smallest that works needs ", formatBytes(smallest));
       break;
     }
     case Strategy::None: {
       schedule = noCheckpointSchedule(costs);
       TORCH_CHECK(limit.kind == MemoryLimit::Kind::Unlimited || unconstrained <= bytes,
-                  "the no-checkpointing schedule needs ", formatBytes(unconstrained), ", above ", tried);
+                  "the no-checkpointing schedule needs ", formatBytes(unconstrained), ", above ",
+                  tried);
       break;
     }
   }
@@ -113,14 +126,18 @@ void solvePlan(Plan& plan, const MemoryLimit& limit, Strategy strategy, int segm
   plan.validate();
 }
 
-torch::jit::Module checkpoint(const torch::jit::Module& module, const std::vector<c10::IValue>& example_inputs,
+torch::jit::Module checkpoint(const torch::jit::Module& module,
+                              const std::vector<c10::IValue>& example_inputs,
                               const MemoryLimit& limit, const CheckpointOptions& options) {
-  TORCH_CHECK(!module.hasattr(kPlanAttribute), "this module was already rewritten by jitckpt; "
+  TORCH_CHECK(!module.hasattr(kPlanAttribute),
+              "this module was already rewritten by jitckpt; "
               "call checkpoint on the original module instead");
   TORCH_CHECK(module.find_method("forward"), "the module has no forward method to checkpoint");
   auto report = [&](const std::string& line) {
-    if (options.progress) options.progress(line);
-    else std::cerr << "jitckpt: " << line << "\n";
+    if (options.progress)
+      options.progress(line);
+    else
+      std::cerr << "jitckpt: " << line << "\n";
   };
   // The clone shares parameters and buffers with `module` but has its own forward, inlined and
   // partitioned in place.
@@ -139,7 +156,8 @@ torch::jit::Module checkpoint(const torch::jit::Module& module, const std::vecto
   profile_options.repeats = options.profile_repeats;
   if (options.progress) {
     profile_options.progress = [&](int stage, int total) {
-      if (stage == total || stage % 10 == 0) report("profiled stage " + std::to_string(stage) + "/" + std::to_string(total));
+      if (stage == total || stage % 10 == 0)
+        report("profiled stage " + std::to_string(stage) + "/" + std::to_string(total));
     };
   }
   if (options.costs) {
@@ -156,12 +174,14 @@ torch::jit::Module checkpoint(const torch::jit::Module& module, const std::vecto
       TORCH_CHECK(false, "the example inputs do not fit the model (running its stages failed): ",
                   e.what_without_backtrace());
     } catch (const std::exception& e) {  // the interpreter's errors
-      TORCH_CHECK(false, "the example inputs do not fit the model (running its stages failed): ", e.what());
+      TORCH_CHECK(
+          false, "the example inputs do not fit the model (running its stages failed): ", e.what());
     }
     plan->costs = profile.costs;
   }
   solvePlan(*plan, limit, options.strategy, options.segments);
-  report("solved (" + plan->strategy + "): predicted peak " + solver::formatBytes(plan->predicted_peak) + " of " +
+  report("solved (" + plan->strategy + "): predicted peak " +
+         solver::formatBytes(plan->predicted_peak) + " of " +
          solver::formatBytes(plan->unconstrained_peak) + " unconstrained");
   rewriteChain(rewritten, partition, plan);
   return std::move(rewritten);
