@@ -16,14 +16,15 @@ Series:
               --compile-budgets, where that option exists (PyTorch 2.4+); it also fuses kernels,
               so its throughput does not isolate the schedule
 
-Plain and jitckpt unconstrained are also timed in --paired-rounds alternating rounds: their ratio
-is the overhead figure that machine drifts do not move.
-
-Each point: a warm-up step (it allocates the gradients), the peak of one step above what was held
-before it (CPU: jitckpt's counting allocator, exact; CUDA: the caching allocator's allocated-bytes
-peak), then the median of --runs timed runs, each of as many steps as make plain last
---min-seconds (the paper: 5 runs, 500 ms). A point that runs out of memory is recorded with status
-"oom" and left off the plot, as in the paper; a limit that a strategy cannot meet, as "infeasible".
+Each point: a warm-up step (it allocates the gradients) and the peak of one step above what was
+held before it (CPU: jitckpt's counting allocator, exact; CUDA: the caching allocator's
+allocated-bytes peak). Then the paper's median of --runs timed runs per point, each run as many
+steps as make plain last --min-seconds (the paper: 5 runs, 500 ms), taken in rounds that time
+one run of every point, so that slow spells of the machine fall on all points alike (torch.compile
+points, which a budget change recompiles, are timed at once). Plain and jitckpt unconstrained are
+also timed back to back in --paired-rounds alternating rounds: their ratio is the overhead.
+A point that runs out of memory is recorded with status "oom" and left off the plot, as in the
+paper; a limit that a strategy cannot meet, as "infeasible".
 
 Writes <out>/<name>.csv (the points), <name>.json (settings, points, summary) and <name>.png.
 """
@@ -38,6 +39,7 @@ import statistics
 import sys
 import time
 import warnings
+from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
 import torch
@@ -46,7 +48,7 @@ import torch.utils.checkpoint
 import jitckpt
 import summary
 import zoo
-from common import (is_out_of_memory, make_step, measure, release_memory, steps_per_run, synchronize,
+from common import (is_out_of_memory, make_step, release_memory, step_peak, steps_per_run, synchronize,
                     use_threads)
 
 FIELDS = ["strategy", "parameter", "status", "limit_bytes", "measured_peak", "measured_ms", "throughput",
@@ -73,23 +75,25 @@ def uses_reentrant_checkpoint() -> bool:
     return "use_reentrant" not in inspect.signature(torch.utils.checkpoint.checkpoint_sequential).parameters
 
 
+def timed_run(step: Callable, device: str, steps: int) -> float:
+    """Seconds per step over one run of `steps` steps."""
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    synchronize(device)
+    return (time.perf_counter() - start) / steps
+
+
 def paired_ratio(base: Callable, other: Callable, device: str, steps: int, rounds: int) -> float:
     """Median over rounds of time(other) / time(base), each round timing one run of `steps` steps
-    of each, the order alternating: slow drifts of the machine cancel out of the ratio."""
-    def run(step: Callable) -> float:
-        synchronize(device)
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        synchronize(device)
-        return time.perf_counter() - start
-
+    of each back to back, the order alternating: slow drifts of the machine cancel out."""
     ratios = []
     for i in range(rounds):
         if i % 2 == 0:
-            a, b = run(base), run(other)
+            a, b = timed_run(base, device, steps), timed_run(other, device, steps)
         else:
-            b, a = run(other), run(base)
+            b, a = timed_run(other, device, steps), timed_run(base, device, steps)
         ratios.append(b / a)
     return statistics.median(ratios)
 
@@ -102,45 +106,93 @@ def functorch_config():
     return config if hasattr(config, "activation_memory_budget") else None
 
 
+@dataclass
+class Point:
+    strategy: str
+    parameter: object
+    status: str = "ok"  # "ok", "oom" or "infeasible"
+    info: Optional[Dict] = None  # jitckpt's plan: limit, predictions
+    note: str = ""
+    step: Optional[Callable] = None  # kept until timed
+    steps: int = 1  # steps per timed run
+    peak: int = 0
+    timings: List[float] = field(default_factory=list)  # seconds per step, one per run
+
+
 class Experiment:
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.device = args.device
         self.name = f"{args.model}-{args.image}px-batch{args.batch}-{args.device.split(':')[0]}"
-        self.rows: List[Dict] = []
+        self.points: List[Point] = []
         self.steps: Optional[int] = None  # steps per timed run, fixed by plain (the paper's rule)
         self.paired_overhead: Optional[float] = None
 
-    def record(self, strategy: str, parameter, status: str, seconds: float = 0.0, peak: int = 0,
-               info: Optional[Dict] = None, note: str = "") -> None:
-        row = {"strategy": strategy, "parameter": parameter, "status": status,
-               "limit_bytes": info["memory_limit"] if info else "",
-               "measured_peak": peak if status == "ok" else "", "measured_ms": seconds * 1e3 if status == "ok" else "",
-               "throughput": self.args.batch / seconds if status == "ok" else "",
-               "predicted_peak": info["predicted_peak"] if info else "",
-               "predicted_ms": info["predicted_time_ms"] if info else "", "note": note}
-        self.rows.append(row)
-        text = (f"peak {peak / 2**20:10.2f} MiB  {row['throughput']:8.3f} img/s" if status == "ok" else status)
-        if info:
-            text += f"  (predicted {info['predicted_peak'] / 2**20:.2f} MiB, {info['predicted_time_ms']:.1f} ms)"
-        print(f"{strategy:10s} {str(parameter):>14s}  {text}  {note}", flush=True)
-
-    def run_point(self, strategy: str, parameter, step_factory: Callable[[], Callable],
-                  info: Optional[Dict] = None) -> None:
-        """Measures one point; out of memory is recorded, not raised."""
+    def prepare(self, strategy: str, parameter, step_factory: Callable[[], Callable],
+                info: Optional[Dict] = None, interleave: bool = True) -> Point:
+        """Warm-up and peak of one point, which is then timed with the others (interleave) or at
+        once. Out of memory is recorded, not raised."""
+        point = Point(strategy, parameter, info=info)
+        self.points.append(point)
         try:
-            seconds, peak = measure(step_factory(), self.device, self.args.runs, self.args.min_seconds, self.steps)
+            step = step_factory()
+            step()  # warm-up; allocates the gradients
+            point.peak = step_peak(step, self.device)
+            point.steps = self.steps or steps_per_run(step, self.device, self.args.min_seconds)
+            if not interleave:
+                point.timings = [timed_run(step, self.device, point.steps) for _ in range(self.args.runs)]
+            else:
+                point.step = step
         except RuntimeError as error:
             if not is_out_of_memory(error):
                 raise
-            seconds = None  # release after the except block: its traceback holds the step's tensors
-        if seconds is None:
+            point.status = "oom"  # release after the except block: its traceback holds the step's tensors
+        if point.status == "oom":
+            step = None
             release_memory(self.device)
-            self.record(strategy, parameter, "oom", info=info)
-        else:
-            self.record(strategy, parameter, "ok", seconds, peak, info)
+        self.report(point)
+        return point
 
-    def jitckpt_point(self, scripted, x, strategy: str, parameter, reuse, **kwargs) -> Optional[Dict]:
+    def time_interleaved(self) -> None:
+        """The paper's median of `runs` runs per point, taken in rounds: each round times one run
+        of every point, in an order rotated from round to round, so that slow spells of the
+        machine fall on all points alike instead of on the few measured during them."""
+        points = [p for p in self.points if p.step is not None]
+        for r in range(self.args.runs):
+            shift = r * len(points) // max(1, self.args.runs)
+            for point in points[shift:] + points[:shift]:
+                try:
+                    point.timings.append(timed_run(point.step, self.device, point.steps))
+                except RuntimeError as error:
+                    if not is_out_of_memory(error):
+                        raise
+                    point.status = "oom"
+            print(f"timing round {r + 1}/{self.args.runs} done", flush=True)
+        for point in points:
+            point.step = None
+            if point.status == "oom":
+                point.timings = []
+
+    def report(self, point: Point) -> None:
+        text = f"peak {point.peak / 2**20:10.2f} MiB" if point.status == "ok" else point.status
+        if point.info:
+            text += f"  (predicted {point.info['predicted_peak'] / 2**20:.2f} MiB, {point.info['predicted_time_ms']:.1f} ms)"
+        print(f"{point.strategy:10s} {str(point.parameter):>14s}  {text}  {point.note}", flush=True)
+
+    def rows(self) -> List[Dict]:
+        out = []
+        for p in self.points:
+            ok = p.status == "ok" and bool(p.timings)
+            seconds = statistics.median(p.timings) if ok else 0.0
+            out.append({"strategy": p.strategy, "parameter": p.parameter, "status": p.status,
+                        "limit_bytes": p.info["memory_limit"] if p.info else "",
+                        "measured_peak": p.peak if ok else "", "measured_ms": seconds * 1e3 if ok else "",
+                        "throughput": self.args.batch / seconds if ok else "",
+                        "predicted_peak": p.info["predicted_peak"] if p.info else "",
+                        "predicted_ms": p.info["predicted_time_ms"] if p.info else "", "note": p.note})
+        return out
+
+    def jitckpt_point(self, scripted, x, strategy: str, parameter, reuse, **kwargs) -> None:
         try:
             model = jitckpt.checkpoint(scripted, (x,), strategy=strategy, reuse_profile_of=reuse, **kwargs)
         except RuntimeError as error:
@@ -149,11 +201,10 @@ class Experiment:
             model = None
         if model is None:
             release_memory(self.device)
-            self.record(strategy, parameter, status, note=first[:160])
-            return None
-        info = jitckpt.plan(model)
-        self.run_point(strategy, parameter, lambda: make_step(model, x, list(model.parameters())), info)
-        return info
+            self.points.append(Point(strategy, parameter, status=status, note=first[:160]))
+            self.report(self.points[-1])
+            return
+        self.prepare(strategy, parameter, lambda: make_step(model, x, list(model.parameters())), jitckpt.plan(model))
 
     def run(self) -> None:
         args, device = self.args, self.device
@@ -173,21 +224,21 @@ class Experiment:
                 raise
         if self.steps is None:  # plain does not fit: every point calibrates its own runs
             release_memory(device)
-        self.run_point("plain", "", lambda: plain_step)
+        plain = self.prepare("plain", "", lambda: plain_step)
 
         # Reentrant checkpointing (1.13's only form) needs an input that requires grad.
         x_seq = x.clone().requires_grad_(True) if uses_reentrant_checkpoint() else x
         for k in segment_counts(len(eager)):
-            self.run_point("sequential", k, lambda k=k: make_step(sequential_forward(eager, k), x_seq, parameters))
+            self.prepare("sequential", k, lambda k=k: make_step(sequential_forward(eager, k), x_seq, parameters))
 
         profiled = jitckpt.checkpoint(scripted, (x,), memory_limit=None, profile_repeats=args.profile_repeats)
         first = jitckpt.plan(profiled)
-        profiled_step = make_step(profiled, x, parameters)
-        self.run_point("optimal", "unconstrained", lambda: profiled_step, first)
-        if self.steps is not None and self.rows[-1]["status"] == "ok" and args.paired_rounds > 0:
-            self.paired_overhead = paired_ratio(plain_step, profiled_step, device, self.steps, args.paired_rounds)
+        unconstrained = self.prepare("optimal", "unconstrained", lambda: make_step(profiled, x, parameters), first)
+        if plain.step is not None and unconstrained.step is not None and args.paired_rounds > 0:
+            self.paired_overhead = paired_ratio(plain.step, unconstrained.step, device, self.steps,
+                                                args.paired_rounds)
             print(f"paired time ratio, jitckpt unconstrained / plain: x{self.paired_overhead:.3f}", flush=True)
-        del plain_step, profiled_step
+        del plain_step
         for k in segment_counts(first["num_stages"]):
             self.jitckpt_point(scripted, x, "periodic", k, profiled, memory_limit=None, segments=k)
         peak = first["unconstrained_peak"]
@@ -195,7 +246,10 @@ class Experiment:
             limit = int(peak * i / args.limits)
             self.jitckpt_point(scripted, x, "revolve", limit, profiled, memory_limit=limit)
             self.jitckpt_point(scripted, x, "optimal", limit, profiled, memory_limit=limit)
+        self.time_interleaved()
 
+        # torch.compile: the budget is read when a step compiles, and a new budget needs a reset
+        # that would recompile the earlier points under it: each is timed at once, not interleaved.
         config = functorch_config()
         budgets = [float(b) for b in args.compile_budgets.split(",") if b]
         if config is None:
@@ -203,22 +257,28 @@ class Experiment:
         for budget in budgets if config is not None else []:
             torch._dynamo.reset()
             saved = config.activation_memory_budget
-            config.activation_memory_budget = budget  # read when the first step compiles
+            config.activation_memory_budget = budget
             try:
                 compiled = torch.compile(eager)
-                self.run_point("compile", budget, lambda: make_step(compiled, x, parameters))
+                self.prepare("compile", budget, lambda: make_step(compiled, x, parameters), interleave=False)
             finally:
                 config.activation_memory_budget = saved
         self.write(first["num_stages"], len(eager))
 
     def write(self, stages: int, sequential_length: int) -> None:
         args = self.args
+        rows = self.rows()
+        for r in rows:
+            if r["status"] == "ok":
+                print(f"{r['strategy']:10s} {str(r['parameter']):>14s}  peak {r['measured_peak'] / 2**20:10.2f} MiB  "
+                      f"{r['measured_ms']:9.1f} ms  {r['throughput']:8.3f} img/s"
+                      + (f"  (predicted {r['predicted_ms']:.1f} ms)" if r["predicted_ms"] != "" else ""))
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, f"{self.name}.csv"), "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=FIELDS)
             writer.writeheader()
-            writer.writerows(self.rows)
-        figures = summary.summarize(self.rows, self.paired_overhead)
+            writer.writerows(rows)
+        figures = summary.summarize(rows, self.paired_overhead)
         print("\n" + "\n".join(summary.describe(figures)))
         settings = {k: v for k, v in vars(args).items() if k != "out"}
         settings.update({"name": self.name, "torch": torch.__version__, "threads": torch.get_num_threads(),
@@ -227,8 +287,8 @@ class Experiment:
         if self.device.startswith("cuda"):
             settings["gpu"] = torch.cuda.get_device_name()
         with open(os.path.join(args.out, f"{self.name}.json"), "w") as f:
-            json.dump({"settings": settings, "rows": self.rows, "summary": figures}, f, indent=1)
-        plot(self.rows, f"{args.model}, {args.image}x{args.image}, batch {args.batch}, {self.device}",
+            json.dump({"settings": settings, "rows": rows, "summary": figures}, f, indent=1)
+        plot(rows, f"{args.model}, {args.image}x{args.image}, batch {args.batch}, {self.device}",
              os.path.join(args.out, f"{self.name}.png"))
 
 
