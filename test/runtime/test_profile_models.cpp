@@ -5,23 +5,17 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
-#include <fstream>
 #include <string>
 
 #include "passes/partition.h"
 #include "passes/profile.h"
 #include "passes/solver/chain.h"
+#include "test/runtime/fixture_path.h"
 
 namespace jitckpt {
 namespace {
 
-std::string fixture(const std::string& name) {
-#ifdef JITCKPT_FIXTURE_DIR
-  const std::string path = std::string(JITCKPT_FIXTURE_DIR) + "/" + name + ".pt";
-  if (std::ifstream(path).good()) return path;
-#endif
-  return "";
-}
+using test::fixture;
 
 ProfileOptions quiet() {
   ProfileOptions options;
