@@ -66,6 +66,16 @@ def steps_per_run(step: Step, device: str, min_seconds: float) -> int:
     return max(1, int(min_seconds / max(time.perf_counter() - start, 1e-6)) + 1)
 
 
+def timed_run(step: Step, device: str, steps: int) -> float:
+    """Seconds per step over one run of `steps` steps."""
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    synchronize(device)
+    return (time.perf_counter() - start) / steps
+
+
 def measure(step: Step, device: str, runs: int = 5, min_seconds: float = 0.5,
             steps: Optional[int] = None) -> Tuple[float, int]:
     """(median seconds per step over `runs` timed runs of `steps` steps each, step peak bytes),
@@ -73,17 +83,8 @@ def measure(step: Step, device: str, runs: int = 5, min_seconds: float = 0.5,
     to last min_seconds."""
     step()
     peak = step_peak(step, device)
-    if steps is None:
-        steps = steps_per_run(step, device, min_seconds)
-    timings = []
-    for _ in range(runs):
-        synchronize(device)
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        synchronize(device)
-        timings.append((time.perf_counter() - start) / steps)
-    return statistics.median(timings), peak
+    steps = steps or steps_per_run(step, device, min_seconds)
+    return statistics.median(timed_run(step, device, steps) for _ in range(runs)), peak
 
 
 def is_out_of_memory(error: BaseException) -> bool:

@@ -37,7 +37,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
@@ -48,7 +47,7 @@ import torch.utils.checkpoint
 import jitckpt
 import summary
 import zoo
-from common import (is_out_of_memory, make_step, release_memory, step_peak, steps_per_run, synchronize,
+from common import (is_out_of_memory, make_step, release_memory, step_peak, steps_per_run, timed_run,
                     use_threads)
 
 FIELDS = ["strategy", "parameter", "status", "limit_bytes", "measured_peak", "measured_ms", "throughput",
@@ -73,16 +72,6 @@ def sequential_forward(eager: torch.nn.Sequential, segments: int) -> Callable:
 
 def uses_reentrant_checkpoint() -> bool:
     return "use_reentrant" not in inspect.signature(torch.utils.checkpoint.checkpoint_sequential).parameters
-
-
-def timed_run(step: Callable, device: str, steps: int) -> float:
-    """Seconds per step over one run of `steps` steps."""
-    synchronize(device)
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    synchronize(device)
-    return (time.perf_counter() - start) / steps
 
 
 def paired_ratio(base: Callable, other: Callable, device: str, steps: int, rounds: int) -> float:
@@ -238,7 +227,6 @@ class Experiment:
             self.paired_overhead = paired_ratio(plain.step, unconstrained.step, device, self.steps,
                                                 args.paired_rounds)
             print(f"paired time ratio, jitckpt unconstrained / plain: x{self.paired_overhead:.3f}", flush=True)
-        del plain_step
         for k in segment_counts(first["num_stages"]):
             self.jitckpt_point(scripted, x, "periodic", k, profiled, memory_limit=None, segments=k)
         peak = first["unconstrained_peak"]
