@@ -76,6 +76,19 @@ def timed_run(step: Step, device: str, steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
+def paired_ratio(base: Step, other: Step, device: str, steps: int, rounds: int) -> float:
+    """Median over rounds of time(other) / time(base), each round timing one run of `steps` steps
+    of each back to back, the order alternating: slow drifts of the machine cancel out."""
+    ratios = []
+    for i in range(rounds):
+        if i % 2 == 0:
+            a, b = timed_run(base, device, steps), timed_run(other, device, steps)
+        else:
+            b, a = timed_run(other, device, steps), timed_run(base, device, steps)
+        ratios.append(b / a)
+    return statistics.median(ratios)
+
+
 def measure(step: Step, device: str, runs: int = 5, min_seconds: float = 0.5,
             steps: Optional[int] = None) -> Tuple[float, int]:
     """(median seconds per step over `runs` timed runs of `steps` steps each, step peak bytes),

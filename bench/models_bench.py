@@ -47,8 +47,8 @@ import torch.utils.checkpoint
 import jitckpt
 import summary
 import zoo
-from common import (is_out_of_memory, make_step, release_memory, step_peak, steps_per_run, timed_run,
-                    use_threads)
+from common import (is_out_of_memory, make_step, paired_ratio, release_memory, step_peak, steps_per_run,
+                    timed_run, use_threads)
 
 FIELDS = ["strategy", "parameter", "status", "limit_bytes", "measured_peak", "measured_ms", "throughput",
           "predicted_peak", "predicted_ms", "note"]
@@ -72,19 +72,6 @@ def sequential_forward(eager: torch.nn.Sequential, segments: int) -> Callable:
 
 def uses_reentrant_checkpoint() -> bool:
     return "use_reentrant" not in inspect.signature(torch.utils.checkpoint.checkpoint_sequential).parameters
-
-
-def paired_ratio(base: Callable, other: Callable, device: str, steps: int, rounds: int) -> float:
-    """Median over rounds of time(other) / time(base), each round timing one run of `steps` steps
-    of each back to back, the order alternating: slow drifts of the machine cancel out."""
-    ratios = []
-    for i in range(rounds):
-        if i % 2 == 0:
-            a, b = timed_run(base, device, steps), timed_run(other, device, steps)
-        else:
-            b, a = timed_run(other, device, steps), timed_run(base, device, steps)
-        ratios.append(b / a)
-    return statistics.median(ratios)
 
 
 def functorch_config():

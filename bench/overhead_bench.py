@@ -14,8 +14,7 @@ import torch
 
 import jitckpt
 import zoo
-from common import make_step, steps_per_run, use_threads
-from models_bench import paired_ratio
+from common import make_step, paired_ratio, steps_per_run, use_threads
 
 
 def main() -> None:
