@@ -4,16 +4,16 @@
 //   build/bench/jitckpt-bench-solver
 #include <benchmark/benchmark.h>
 
-#include "passes/solver/baselines.h"
-#include "passes/solver/builtin_chains.h"
-#include "passes/solver/persistent_dp.h"
-#include "passes/solver/simulator.h"
+#include "solver/baselines.h"
+#include "solver/testing/builtin_chains.h"
+#include "solver/persistent_dp.h"
+#include "solver/simulator.h"
 
 using namespace jitckpt::solver;
 
 namespace {
 
-void solveWholeCurve(benchmark::State& state, const Chain& chain, int slots) {
+void solveWholeCurve(benchmark::State& state, const Costs& chain, int slots) {
   const int64_t peak = simulate(chain, noCheckpointSchedule(chain)).peak;
   for (auto _ : state) {
     PersistentSolver solver(chain, peak, slots);
@@ -28,13 +28,13 @@ void solveWholeCurve(benchmark::State& state, const Chain& chain, int slots) {
       static_cast<double>(PersistentSolver(chain, peak, slots).curve().size());
 }
 
-void BM_ResNet1001_S500(benchmark::State& state) { solveWholeCurve(state, resnet1001Chain(), 500); }
-void BM_L100_S1000(benchmark::State& state) { solveWholeCurve(state, resnetLikeChain(94), 1000); }
+void BM_ResNet1001_S500(benchmark::State& state) { solveWholeCurve(state, resnet1001Costs(), 500); }
+void BM_L100_S1000(benchmark::State& state) { solveWholeCurve(state, resnetLikeCosts(94), 1000); }
 void BM_GrowthWithL(benchmark::State& state) {
-  solveWholeCurve(state, resnetLikeChain(static_cast<int>(state.range(0)) - 6), 500);
+  solveWholeCurve(state, resnetLikeCosts(static_cast<int>(state.range(0)) - 6), 500);
 }
 void BM_GrowthWithS(benchmark::State& state) {
-  solveWholeCurve(state, resnetLikeChain(94), static_cast<int>(state.range(0)));
+  solveWholeCurve(state, resnetLikeCosts(94), static_cast<int>(state.range(0)));
 }
 
 }  // namespace

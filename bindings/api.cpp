@@ -6,19 +6,21 @@
 
 #include <sstream>
 
+#include "bindings/python_warnings.h"
 #include "passes/checkpoint.h"
-#include "passes/solver/memory_size.h"
 #include "runtime/plan.h"
 #include "runtime/probes/counting_allocator.h"
+#include "solver/memory_limit.h"
 
 namespace py = pybind11;
 
 namespace {
 
-c10::intrusive_ptr<jitckpt::Plan> planOf(const torch::jit::Module& module) {
-  TORCH_CHECK(module.hasattr(jitckpt::kPlanAttribute),
+c10::intrusive_ptr<jitckpt::Plan> requirePlan(const torch::jit::Module& module) {
+  auto plan = jitckpt::planOf(module);
+  TORCH_CHECK(plan,
               "this module was not rewritten by jitckpt: call jitckpt.checkpoint(module, ...) first");
-  return module.attr(jitckpt::kPlanAttribute).toCustomClass<jitckpt::Plan>();
+  return plan;
 }
 
 std::vector<c10::IValue> toIValues(const py::sequence& inputs) {
@@ -27,84 +29,110 @@ std::vector<c10::IValue> toIValues(const py::sequence& inputs) {
   return values;
 }
 
+// Parses with the solver's std::invalid_argument turned into a c10::Error (RuntimeError).
+template <typename Parse>
+auto parseOption(Parse parse) {
+  try {
+    return parse();
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
+jitckpt::CheckpointOptions makeOptions(const std::string& strategy, int slots, int max_stages,
+                                       int segments, int profile_repeats, py::object progress,
+                                       const std::string& costs_json) {
+  jitckpt::CheckpointOptions options;
+  options.slots = slots;
+  options.strategy = parseOption([&] { return jitckpt::solver::parseStrategy(strategy); });
+  options.max_stages = max_stages;
+  options.segments = segments;
+  options.profile_repeats = profile_repeats;
+  if (!progress.is_none()) {
+    options.progress = [progress](const std::string& line) {
+      py::gil_scoped_acquire gil;
+      progress(line);
+    };
+  }
+  if (!costs_json.empty()) options.costs = jitckpt::solver::costsFromJson(costs_json);
+  return options;
+}
+
+py::dict planInfo(const torch::jit::Module& module) {
+  auto plan = requirePlan(module);
+  const jitckpt::Solution& s = plan->solution();
+  py::dict info;
+  info["strategy"] = jitckpt::solver::toString(s.strategy);
+  info["num_stages"] = plan->numStages();
+  info["memory_limit"] = s.memory_limit;
+  info["predicted_peak"] = s.predicted_peak;
+  info["predicted_time_ms"] = s.predicted_time;
+  info["unconstrained_peak"] = s.unconstrained_peak;
+  info["slots"] = s.slots;
+  info["schedule"] = jitckpt::solver::toString(s.schedule);
+  py::list curve;
+  for (const auto& p : s.curve) curve.append(py::make_tuple(p.limit, p.time));
+  info["curve"] = curve;
+  py::list labels;
+  for (const auto& stage : plan->stages().stages()) labels.append(stage.label);
+  info["labels"] = labels;
+  py::dict costs;
+  costs["uf"] = s.costs.uf;
+  costs["ub"] = s.costs.ub;
+  costs["wa"] = s.costs.wa;
+  costs["wabar"] = s.costs.wabar;
+  costs["wd"] = s.costs.wd;
+  costs["of"] = s.costs.of;
+  costs["ob"] = s.costs.ob;
+  info["costs"] = costs;
+  info["input_shapes"] = s.input_shapes;
+  info["text"] = plan->str();
+  return info;
+}
+
 }  // namespace
 
 void defineCheckpointApi(py::module_& m) {
   m.def(
       "checkpoint",
-      [](const torch::jit::Module& module, const py::sequence& example_inputs, const std::string& memory_limit,
-         const std::string& strategy, int slots, int max_stages, int segments, int profile_repeats,
-         py::object progress, const std::string& costs_json) {
-        jitckpt::CheckpointOptions options;
-        options.slots = slots;
-        options.strategy = jitckpt::parseStrategy(strategy);
-        options.max_stages = max_stages;
-        options.segments = segments;
-        options.profile_repeats = profile_repeats;
-        if (!progress.is_none()) {
-          options.progress = [progress](const std::string& line) {
-            py::gil_scoped_acquire gil;
-            progress(line);
-          };
-        }
-        if (!costs_json.empty()) options.costs = jitckpt::solver::chainFromJson(costs_json);
+      [](const torch::jit::Module& module, const py::sequence& example_inputs,
+         const std::string& memory_limit, const std::string& strategy, int slots, int max_stages,
+         int segments, int profile_repeats, py::object progress, const std::string& costs_json) {
+        jitckpt::PythonWarnings warnings;
+        const auto options = makeOptions(strategy, slots, max_stages, segments, profile_repeats,
+                                         std::move(progress), costs_json);
         const auto inputs = toIValues(example_inputs);
-        const auto limit = jitckpt::MemoryLimit::parse(memory_limit);
+        const auto limit =
+            parseOption([&] { return jitckpt::solver::MemoryLimit::parse(memory_limit); });
         py::gil_scoped_release no_gil;  // the autograd engine refuses to run while it is held
         return jitckpt::checkpoint(module, inputs, limit, options);
       },
-      py::arg("module"), py::arg("example_inputs"), py::arg("memory_limit"), py::arg("strategy"), py::arg("slots"),
-      py::arg("max_stages"), py::arg("segments"), py::arg("profile_repeats"), py::arg("progress"),
-      py::arg("costs_json") = "");
-  m.def("costs_json", [](const torch::jit::Module& module) { return jitckpt::solver::chainToJson(planOf(module)->costs); });
-
-  m.def("is_rewritten", [](const torch::jit::Module& module) { return module.hasattr(jitckpt::kPlanAttribute); });
-
+      py::arg("module"), py::arg("example_inputs"), py::arg("memory_limit"), py::arg("strategy"),
+      py::arg("slots"), py::arg("max_stages"), py::arg("segments"), py::arg("profile_repeats"),
+      py::arg("progress"), py::arg("costs_json") = "");
+  m.def("costs_json", [](const torch::jit::Module& module) {
+    return jitckpt::solver::costsToJson(requirePlan(module)->solution().costs);
+  });
+  m.def("is_rewritten",
+        [](const torch::jit::Module& module) { return bool(jitckpt::planOf(module)); });
   m.def("dump", [](const torch::jit::Module& module) {
+    auto plan = requirePlan(module);
     std::ostringstream os;
     os << module.get_method("forward").graph()->toString(false);
-    os << "\n" << planOf(module)->str();
+    os << "\n" << plan->str();
     return os.str();
   });
-
-  m.def("plan_info", [](const torch::jit::Module& module) {
-    auto plan = planOf(module);
-    py::dict info;
-    info["strategy"] = plan->strategy;
-    info["num_stages"] = plan->numStages();
-    info["memory_limit"] = plan->memory_limit;
-    info["predicted_peak"] = plan->predicted_peak;
-    info["predicted_time_ms"] = plan->predicted_time;
-    info["unconstrained_peak"] = plan->unconstrained_peak;
-    info["slots"] = plan->slots;
-    info["schedule"] = jitckpt::solver::toString(plan->schedule);
-    py::list curve;
-    for (const auto& p : plan->curve) curve.append(py::make_tuple(p.limit, p.time));
-    info["curve"] = curve;
-    py::list labels;
-    for (const auto& s : plan->stages) labels.append(s.label);
-    info["labels"] = labels;
-    py::dict costs;
-    costs["uf"] = plan->costs.uf;
-    costs["ub"] = plan->costs.ub;
-    costs["wa"] = plan->costs.wa;
-    costs["wabar"] = plan->costs.wabar;
-    costs["wd"] = plan->costs.wd;
-    costs["of"] = plan->costs.of;
-    costs["ob"] = plan->costs.ob;
-    info["costs"] = costs;
-    info["input_shapes"] = plan->input_shapes;
-    info["text"] = plan->str();
-    return info;
-  });
-
+  m.def("plan_info", &planInfo);
   m.def("format_bytes", &jitckpt::solver::formatBytes);
   // CPU memory counting for measurements from Python: installed once, kept for the process.
   m.def("start_cpu_memory_counting", [] {
     static auto* guard = new jitckpt::probes::CountingAllocatorGuard();
     (void)guard;
   });
-  m.def("cpu_memory_live", [] { return jitckpt::probes::CountingAllocator::instance().currentBytes(); });
-  m.def("cpu_memory_peak", [] { return jitckpt::probes::CountingAllocator::instance().peakBytes(); });
-  m.def("reset_cpu_memory_peak", [] { return jitckpt::probes::CountingAllocator::instance().resetPeak(); });
+  m.def("cpu_memory_live",
+        [] { return jitckpt::probes::CountingAllocator::instance().currentBytes(); });
+  m.def("cpu_memory_peak",
+        [] { return jitckpt::probes::CountingAllocator::instance().peakBytes(); });
+  m.def("reset_cpu_memory_peak",
+        [] { return jitckpt::probes::CountingAllocator::instance().resetPeak(); });
 }

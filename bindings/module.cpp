@@ -1,14 +1,16 @@
-// jitckpt._C: the pybind11 module. Partitioning for now: stage information, the printed chain,
-// and a piecewise run of the partitioned method for tests.
+// jitckpt._C: the pybind11 module. Partitioning here (stage information, the printed partition,
+// a piecewise run of the partitioned method for tests); the checkpoint API in api.cpp.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 
 #include <sstream>
 
+#include "bindings/python_warnings.h"
 #include "passes/partition.h"
+#include "passes/partition_module.h"
 #include "passes/partition_run.h"
-#include "passes/print_chain.h"
+#include "passes/print_partition.h"
 
 namespace py = pybind11;
 
@@ -65,6 +67,7 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "partition",
       [](const py::object& module, int max_stages, bool move_cuts_off_inplace_writes) {
+        jitckpt::PythonWarnings warnings;
         return describe(jitckpt::partitionModule(
             toModule(module), makeOptions(max_stages, move_cuts_off_inplace_writes)));
       },
@@ -75,6 +78,7 @@ PYBIND11_MODULE(_C, m) {
       "run_partitioned",
       [](const py::object& module, const py::tuple& inputs, int max_stages,
          bool move_cuts_off_inplace_writes) {
+        jitckpt::PythonWarnings warnings;
         const auto ts_module = toModule(module);
         const auto partition = jitckpt::partitionModule(
             ts_module, makeOptions(max_stages, move_cuts_off_inplace_writes));

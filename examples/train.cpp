@@ -12,8 +12,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "passes/checkpoint.h"
-#include "runtime/plan.h"
+#include "jitckpt/jitckpt.h"
 
 int main(int argc, char** argv) {
   if (argc < 4) {
@@ -31,8 +30,7 @@ int main(int argc, char** argv) {
     torch::manual_seed(0);
     torch::Tensor example = torch::randn(shape);
     torch::jit::Module rewritten = jitckpt::checkpoint(model, {example}, jitckpt::MemoryLimit::parse(argv[3]));
-    auto plan = rewritten.attr(jitckpt::kPlanAttribute).toCustomClass<jitckpt::Plan>();
-    std::cout << plan->str();
+    std::cout << jitckpt::planOf(rewritten)->str();
 
     std::vector<torch::Tensor> parameters;
     for (const auto& p : rewritten.parameters()) parameters.push_back(p);

@@ -3,18 +3,15 @@
 // of the method graph that the chain replaces. Prologue and epilogue stay in the method graph.
 #pragma once
 
-#include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <memory>
 #include <string>
 #include <vector>
 
-namespace jitckpt {
+#include "runtime/stages.h"
 
-// A value a stage reads that is not an activation: parameters, buffers, and non-tensor values such
-// as the `training` flag. Lifted values are never counted as activation memory.
-enum class LiftedKind { Parameter, Buffer, Scalar };
+namespace jitckpt {
 
 struct LiftedInput {
   torch::jit::Value* value;  // in Partition::graph, defined before the chain region
@@ -59,12 +56,5 @@ struct PartitionOptions {
 // `graph` must be inlined (no prim::CallMethod / CallFunction); it is taken over, not copied.
 Partition partitionGraph(std::shared_ptr<torch::jit::Graph> graph,
                          const PartitionOptions& options = {});
-
-// torch::jit::Inline until no prim::CallMethod / CallFunction is left (Inline goes one level deep
-// when graph executor optimization is off).
-void inlineAllCalls(torch::jit::Graph& graph);
-
-// Copies and inlines `module`'s forward, then partitions it.
-Partition partitionModule(const torch::jit::Module& module, const PartitionOptions& options = {});
 
 }  // namespace jitckpt

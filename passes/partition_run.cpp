@@ -8,6 +8,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "passes/prologue.h"
+
 namespace jitckpt {
 namespace {
 
@@ -23,28 +25,17 @@ std::vector<c10::IValue> runGraph(const std::shared_ptr<Graph>& graph,
   return stack;
 }
 
-}  // namespace
-
-PartitionedRun runPartitioned(const Partition& partition, std::vector<c10::IValue> method_inputs) {
+// Values carried from the prologue: chain inputs, lifted values, and prologue values that the
+// epilogue reads. Region values read after the region must be chain outputs.
+std::vector<Value*> carriedValues(const Partition& partition) {
   Graph& graph = *partition.graph;
-  TORCH_CHECK(partition.first_node && partition.last_node,
-              "runPartitioned: the partition has no chain region");
-  TORCH_CHECK(method_inputs.size() == graph.inputs().size(), "runPartitioned: expected ",
-              graph.inputs().size(), " method inputs (self first), got ", method_inputs.size());
-  // Positions of top-level nodes: before the region, in it, after it.
-  std::unordered_set<const Node*> region, before;
+  std::unordered_set<const Node*> region, before;  // top-level nodes in and before the region
   bool in_region = false, after = false;
   for (Node* n : graph.nodes()) {
     if (n == partition.first_node) in_region = true;
-    if (in_region && !after) {
-      region.insert(n);
-    } else if (!after) {
-      before.insert(n);
-    }
+    if (!after) (in_region ? region : before).insert(n);
     if (n == partition.last_node) after = true;
   }
-  // Values carried from the prologue: chain inputs, lifted values, and prologue values that the
-  // epilogue reads. Region values read after the region must be chain outputs.
   std::vector<Value*> carried(partition.chain_inputs.begin(), partition.chain_inputs.end());
   for (const auto& lifted : partition.lifted) carried.push_back(lifted.value);
   std::unordered_set<const Value*> chain_outputs(partition.chain_outputs.begin(),
@@ -73,21 +64,51 @@ PartitionedRun runPartitioned(const Partition& partition, std::vector<c10::IValu
     }
     if (n == graph.return_node()) break;
   }
-  // Prologue graph: method inputs -> carried values.
-  auto prologue = std::make_shared<Graph>();
+  return carried;
+}
+
+// Epilogue: the carried values and the chain outputs -> the method's outputs.
+std::vector<c10::IValue> runEpilogue(const Partition& partition, const std::vector<Value*>& carried,
+                                     const std::unordered_map<const Value*, c10::IValue>& value_of,
+                                     const std::vector<c10::IValue>& chain_outputs) {
+  Graph& graph = *partition.graph;
+  auto epilogue = std::make_shared<Graph>();
   std::unordered_map<Value*, Value*> map;
-  for (Value* in : graph.inputs()) map[in] = prologue->addInput()->setType(in->type());
+  std::vector<c10::IValue> inputs;
+  for (Value* v : carried) {
+    map[v] = epilogue->addInput()->setType(v->type());
+    inputs.push_back(value_of.at(v));
+  }
+  for (size_t j = 0; j < partition.chain_outputs.size(); ++j) {
+    Value* v = partition.chain_outputs[j];
+    if (map.count(v)) continue;  // a chain output that is also a chain input (empty region)
+    map[v] = epilogue->addInput()->setType(v->type());
+    inputs.push_back(chain_outputs[j]);
+  }
   auto env = [&](Value* v) { return map.at(v); };
-  for (Node* n = graph.nodes().front(); n != partition.first_node; n = n->next()) {
-    Node* copy = prologue->appendNode(prologue->createClone(n, env));
+  for (Node* n = partition.last_node->next(); n != graph.return_node(); n = n->next()) {
+    Node* copy = epilogue->appendNode(epilogue->createClone(n, env));
     for (size_t o = 0; o < n->outputs().size(); ++o) map[n->output(o)] = copy->output(o);
   }
-  for (Value* v : carried) prologue->registerOutput(map.at(v));
-  std::vector<c10::IValue> carried_values = runGraph(prologue, method_inputs);
+  for (Value* v : graph.outputs()) epilogue->registerOutput(map.at(v));
+  return runGraph(epilogue, std::move(inputs));
+}
 
-  PartitionedRun run;
+}  // namespace
+
+PartitionedRun runPartitioned(const Partition& partition, std::vector<c10::IValue> method_inputs) {
+  TORCH_CHECK(partition.first_node && partition.last_node,
+              "runPartitioned: the partition has no chain region");
+  TORCH_CHECK(method_inputs.size() == partition.graph->inputs().size(),
+              "runPartitioned: expected ", partition.graph->inputs().size(),
+              " method inputs (self first), got ", method_inputs.size());
+  const std::vector<Value*> carried = carriedValues(partition);
+  const std::vector<c10::IValue> carried_values =
+      runGraph(prologueGraph(partition, carried), method_inputs);
   std::unordered_map<const Value*, c10::IValue> value_of;
   for (size_t i = 0; i < carried.size(); ++i) value_of[carried[i]] = carried_values[i];
+
+  PartitionedRun run;
   std::vector<c10::IValue> boundary;
   for (Value* v : partition.chain_inputs) boundary.push_back(value_of.at(v));
   for (const Stage& stage : partition.stages) {
@@ -99,27 +120,7 @@ PartitionedRun runPartitioned(const Partition& partition, std::vector<c10::IValu
   }
   run.boundaries.emplace_back();
   for (const auto& t : boundary) run.boundaries.back().push_back(t.toTensor());
-
-  // Epilogue graph: carried values and chain outputs -> method outputs.
-  auto epilogue = std::make_shared<Graph>();
-  map.clear();
-  std::vector<c10::IValue> epilogue_inputs;
-  for (Value* v : carried) {
-    map[v] = epilogue->addInput()->setType(v->type());
-    epilogue_inputs.push_back(value_of.at(v));
-  }
-  for (size_t j = 0; j < partition.chain_outputs.size(); ++j) {
-    Value* v = partition.chain_outputs[j];
-    if (map.count(v)) continue;  // a chain output that is also a chain input (empty region)
-    map[v] = epilogue->addInput()->setType(v->type());
-    epilogue_inputs.push_back(boundary[j]);
-  }
-  for (Node* n = partition.last_node->next(); n != graph.return_node(); n = n->next()) {
-    Node* copy = epilogue->appendNode(epilogue->createClone(n, env));
-    for (size_t o = 0; o < n->outputs().size(); ++o) map[n->output(o)] = copy->output(o);
-  }
-  for (Value* v : graph.outputs()) epilogue->registerOutput(map.at(v));
-  run.outputs = runGraph(epilogue, std::move(epilogue_inputs));
+  run.outputs = runEpilogue(partition, carried, value_of, boundary);
   return run;
 }
 

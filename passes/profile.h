@@ -1,12 +1,10 @@
-// Profile pass (paper, section 5.1): takes a chain's stages (a Plan made from a Partition) and the
-// example values that reach the chain; returns the per-stage costs of the paper's Table 1 as a
-// solver::Chain with the zero-cost terminal stage appended, plus labels, per-stage details and the
-// measured activation peak of the no-checkpointing schedule.
+// Profile pass (paper, section 5.1): takes a chain's stages and the values that reach the chain
+// op (ChainArguments); returns the per-stage costs of the paper's Table 1 as solver::Costs with
+// the zero-cost terminal stage appended, plus labels, per-stage details and the measured
+// activation peak of the no-checkpointing schedule.
 //
-// Every stage runs exactly as the executor runs it (runtime/executor.cpp): on detached inputs
-// (leaves requiring grad when floating point and stage > 1 or the chain input requires grad), a
-// copy of its input when it writes it in place, and the lifted parameters, buffers and scalars.
-// Memory comes from the device's probe (runtime/probes): the counting CPU allocator (exact bytes
+// Every stage runs through the runtime's StageRunner, exactly as the executor runs it, with
+// buffers written to scratch copies (BufferWrites::Scratch). Memory comes from the device's probe (runtime/probes): the counting CPU allocator (exact bytes
 // of every c10 allocation) or the CUDA caching allocator's allocated bytes. "Live" below means the
 // probe's current bytes; each measurement takes the difference to a baseline read just before the
 // operation, so what the caller holds (parameters, the example inputs) cancels out.
@@ -21,11 +19,11 @@
 //   wd[l-1]  bytes of the input gradient B(l) produces (delta^{l-1}); 0 for stage 1 when the chain
 //            input needs no gradient. wd[L]: bytes of delta^L, ones_like(a^L) for the outputs that
 //            require grad, as autograd hands them to the chain.
-//   ob[l]    backward overhead: peak of torch::autograd::grad(outputs, inputs + lifted parameters,
-//            delta) minus the baseline (delta^l, abar^l, a^{l-1} held) minus the input gradient.
-//            The parameter gradients stay in: the paper counts the preallocated .grad buffers as
-//            model memory, and a fresh gradient that is added into them is a transient of B. (The
-//            executor keeps them until the chain's backward returns; see its header.)
+//   ob[l]    backward overhead: peak of B(l) as the runner runs it, minus the baseline (delta^l,
+//            abar^l, a^{l-1} held) minus the input gradient. Parameter gradients are added into
+//            .grad one at a time as they are made (zeroed stand-ins while profiling, given back
+//            afterwards): the paper counts the .grad buffers as model memory, and the gradient in
+//            flight is a transient of B.
 //   uf[l]    median over `repeats` recording forwards (after `warmup` full F+B rounds), ms.
 //   ub[l]    median over `repeats` backward calls, each after an untimed recording forward, ms.
 //            On CUDA both are CUDA-event times on the current stream; on the CPU wall time.
@@ -33,37 +31,23 @@
 // kernels: the same allocations in the same order); times are medians because they are not.
 //
 // Model state: stages that update buffers (BatchNorm statistics, num_batches_tracked) run on
-// copies of those buffers, the prologue runs under a guard that restores every module buffer, and
-// the CPU (and CUDA) random generator state is restored after profiling.
+// copies of those buffers, and the CPU (and CUDA) random generator state is restored after
+// profiling.
 #pragma once
 
 #include <torch/csrc/jit/api/module.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "passes/partition.h"
-#include "passes/solver/chain.h"
-#include "runtime/plan.h"
+#include "runtime/stage_runner.h"
+#include "runtime/stages.h"
+#include "solver/costs.h"
 
 namespace jitckpt {
-
-// What the chain op receives: the boundary-0 tensors and the lifted values, split by kind in
-// Partition::lifted order (Plan::lifted_position indexes into these).
-struct ChainArguments {
-  std::vector<at::Tensor> inputs;  // detached; requires_grad as computed by the prologue
-  std::vector<at::Tensor>
-      lifted_tensors;  // undefined for an Optional[Tensor] attribute that is None
-  std::vector<c10::IValue> lifted_scalars;
-};
-
-// Runs the part of forward before the chain region (a copy of the method graph up to
-// Partition::first_node whose outputs are the chain inputs and the lifted values, dead code
-// removed) on the example inputs: method inputs without self. Runs with grad recording so that
-// the chain inputs' requires_grad is what training sees; module buffers are restored afterwards.
-ChainArguments prologueArguments(const torch::jit::Module& module, const Partition& partition,
-                                 const std::vector<c10::IValue>& example_inputs);
 
 struct ProfileOptions {
   int repeats = 5;  // timed runs per stage and direction; the median is kept
@@ -92,7 +76,7 @@ struct StageProfile {  // the measurements behind one stage's costs, for reports
 struct ChainProfile {
   // L+2 entries: entry 0, stages 1..L, the terminal stage L+1. Times in milliseconds, sizes in
   // bytes.
-  solver::Chain costs;
+  solver::Costs costs;
   std::vector<std::string> labels;   // labels[l] for l = 0..L+1 ("input", stages, "loss")
   std::vector<StageProfile> stages;  // stages[l-1] for l = 1..L
   std::string device;
@@ -104,13 +88,12 @@ struct ChainProfile {
   int64_t measured_unconstrained_peak = -1;
 };
 
-// Profiles every stage of `plan` on `arguments` (from prologueArguments). The device is the one
-// of the chain inputs (or the first lifted tensor). Throws (TORCH_CHECK) when a stage fails to
-// run, with the stage's label.
-ChainProfile profileStages(const Plan& plan, const ChainArguments& arguments,
-                           const ProfileOptions& options = {});
+// Profiles every stage on `arguments` (from prologueArguments). The device is the one of the chain
+// inputs (or the first lifted tensor). Throws (TORCH_CHECK) when a stage fails to run, naming it.
+ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
+                           const ChainArguments& arguments, const ProfileOptions& options = {});
 
-// Convenience: prologue + Plan::fromPartition + profileStages on the original module.
+// Convenience: prologueArguments + chainStagesOf + profileStages on the original module.
 ChainProfile profileChain(const torch::jit::Module& module, const Partition& partition,
                           const std::vector<c10::IValue>& example_inputs,
                           const ProfileOptions& options = {});

@@ -16,7 +16,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "runtime/probes/compat.h"
+#include "runtime/compat.h"
 
 namespace jitckpt::probes {
 

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "runtime/probes/memory_probe.h"
+#include "runtime/probes/stopwatch.h"
 
 namespace jitckpt::probes {
 

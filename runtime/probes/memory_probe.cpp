@@ -1,9 +1,8 @@
-// CPU probes and the factories that pick the probe for a device (see memory_probe.h).
+// The CPU memory probe and the factory that picks the probe for a device (see memory_probe.h).
 #include "runtime/probes/memory_probe.h"
 
 #include <c10/util/Exception.h>
 
-#include <algorithm>
 
 #include "runtime/probes/counting_allocator.h"
 #include "runtime/probes/cuda_probe.h"
@@ -22,18 +21,9 @@ class CpuMemoryProbe final : public MemoryProbe {
   CountingAllocatorGuard guard_;
 };
 
-class CpuStopwatch final : public Stopwatch {
- public:
-  void start() override { start_ = std::chrono::steady_clock::now(); }
-  double stopSeconds() override {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
+}  // namespace
 
- private:
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-};
-
-[[noreturn]] void unsupported(c10::Device device) {
+[[noreturn]] void failUnmeasurable(c10::Device device) {
 #ifndef JITCKPT_CUDA
   TORCH_CHECK(!device.is_cuda(), "jitckpt was built without CUDA (its LibTorch has none), so ",
               "it cannot measure ", device, ": rebuild against a LibTorch with CUDA, or profile ",
@@ -43,40 +33,12 @@ class CpuStopwatch final : public Stopwatch {
               device);
 }
 
-}  // namespace
-
 std::unique_ptr<MemoryProbe> makeMemoryProbe(c10::Device device) {
   if (device.is_cpu()) return std::make_unique<CpuMemoryProbe>();
 #ifdef JITCKPT_CUDA
   if (device.is_cuda()) return makeCudaMemoryProbe(device);
 #endif
-  unsupported(device);
-}
-
-std::unique_ptr<Stopwatch> makeStopwatch(c10::Device device) {
-  if (device.is_cpu()) return std::make_unique<CpuStopwatch>();
-#ifdef JITCKPT_CUDA
-  if (device.is_cuda()) return makeCudaStopwatch(device);
-#endif
-  unsupported(device);
-}
-
-void synchronize(c10::Device device) {
-#ifdef JITCKPT_CUDA
-  if (device.is_cuda()) synchronizeCuda(device);
-#else
-  (void)device;
-#endif
-}
-
-double median(std::vector<double> values) {
-  TORCH_CHECK(!values.empty(), "median of an empty sample");
-  const size_t middle = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + middle, values.end());
-  const double upper = values[middle];
-  if (values.size() % 2 == 1) return upper;
-  const double lower = *std::max_element(values.begin(), values.begin() + middle);
-  return (lower + upper) / 2;
+  failUnmeasurable(device);
 }
 
 }  // namespace jitckpt::probes

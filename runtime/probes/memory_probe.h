@@ -1,15 +1,13 @@
-// Memory and time probes for one device: live bytes and peak of the device's allocator, and a
-// stopwatch. Takes a c10::Device; returns the probe that fits it: the counting CPU allocator on
-// the CPU, the CUDA caching allocator's allocated-bytes statistics and CUDA events on CUDA
-// (compiled only when JITCKPT_CUDA is defined, i.e. when LibTorch has CUDA).
+// Memory probe for one device: live bytes and peak of the device's allocator. Takes a c10::Device;
+// returns the probe that fits it: the counting CPU allocator on the CPU, the CUDA caching
+// allocator's allocated-bytes statistics on CUDA (compiled only when JITCKPT_CUDA is defined, i.e.
+// when LibTorch has CUDA).
 #pragma once
 
 #include <c10/core/Device.h>
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
-#include <vector>
 
 namespace jitckpt::probes {
 
@@ -31,21 +29,7 @@ class MemoryProbe {
 // when jitckpt was built without CUDA, and for any other device type.
 std::unique_ptr<MemoryProbe> makeMemoryProbe(c10::Device device);
 
-// Measures the duration of device work: wall time on the CPU; on CUDA two events recorded on the
-// current stream around the work, and stop() waits for the second one.
-class Stopwatch {
- public:
-  virtual ~Stopwatch() = default;
-  virtual void start() = 0;
-  virtual double stopSeconds() = 0;  // seconds since start()
-};
-
-std::unique_ptr<Stopwatch> makeStopwatch(c10::Device device);
-
-// Waits until the device has finished the work queued so far (nothing to do on the CPU).
-void synchronize(c10::Device device);
-
-// Median of a non-empty sample (mean of the two middle values for even sizes).
-double median(std::vector<double> values);
+// Throws the error for a device that jitckpt cannot measure (not CPU, or CUDA without CUDA).
+[[noreturn]] void failUnmeasurable(c10::Device device);
 
 }  // namespace jitckpt::probes

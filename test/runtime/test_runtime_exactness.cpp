@@ -55,13 +55,13 @@ TEST(RuntimeExactness, BatchNormStatisticsUpdatedOncePerStep) {
   torch::jit::Module reference = loadFixture("tiny_resnet");
   Rewritten rewritten = rewriteWith(loadFixture("tiny_resnet"), ScheduleKind::Revolve);
   // The schedule must recompute a stage that updates buffers, or this test proves nothing.
-  const solver::Schedule& schedule = rewritten.plan->schedule;
+  const solver::Schedule& schedule = rewritten.plan->solution().schedule;
   std::vector<int> forward_runs(rewritten.plan->numStages() + 2, 0);
   bool recomputes_buffer_stage = false;
   for (const auto& op : schedule) {
     if (op.kind == solver::OpKind::Backward || op.stage > rewritten.plan->numStages()) continue;
     if (++forward_runs[op.stage] > 1 &&
-        !rewritten.plan->stages[op.stage - 1].mutated_lifted.empty()) {
+        !rewritten.plan->stages().stage(op.stage).mutated_lifted.empty()) {
       recomputes_buffer_stage = true;
     }
   }
@@ -71,8 +71,9 @@ TEST(RuntimeExactness, BatchNormStatisticsUpdatedOncePerStep) {
   expectSameTraining(reference, rewritten.module, input, /*steps=*/4, "tiny_resnet revolve");
   // num_batches_tracked counted steps, not stage runs.
   for (const auto& b : rewritten.module.named_buffers()) {
-    if (b.name.find("num_batches_tracked") != std::string::npos)
+    if (b.name.find("num_batches_tracked") != std::string::npos) {
       EXPECT_EQ(b.value.item<int64_t>(), 4) << b.name;
+    }
   }
 }
 
@@ -83,9 +84,9 @@ TEST(RuntimeExactness, DropoutReplaysItsRandomState) {
   Rewritten rewritten = rewriteWith(loadFixture("dropout_mlp"), ScheduleKind::Revolve);
   bool recomputes_random_stage = false;
   std::vector<int> forward_runs(rewritten.plan->numStages() + 2, 0);
-  for (const auto& op : rewritten.plan->schedule) {
+  for (const auto& op : rewritten.plan->solution().schedule) {
     if (op.kind == solver::OpKind::Backward || op.stage > rewritten.plan->numStages()) continue;
-    if (++forward_runs[op.stage] > 1 && rewritten.plan->stages[op.stage - 1].has_random_ops) {
+    if (++forward_runs[op.stage] > 1 && rewritten.plan->stages().hasRandomOps(op.stage)) {
       recomputes_random_stage = true;
     }
   }
@@ -107,7 +108,7 @@ TEST(RuntimeExactness, InPlaceWritesNeverCorruptACheckpoint) {
     torch::jit::Module reference = loadFixture("inplace_boundary");
     Rewritten rewritten = rewriteWith(loadFixture("inplace_boundary"), kind, keep_cuts);
     int writers = 0;
-    for (const auto& s : rewritten.plan->stages) writers += s.writes_activation_input;
+    for (const auto& s : rewritten.plan->stages().stages()) writers += s.writes_activation_input;
     ASSERT_GE(writers, 1)
         << "no stage writes its input: the fixture does not test in-place writes\n"
         << rewritten.plan->str();
@@ -124,12 +125,13 @@ TEST(RuntimeExactness, SharedParameterGradientIsSummed) {
   torch::jit::Module reference = loadFixture("shared_parameter");
   Rewritten rewritten = rewriteWith(loadFixture("shared_parameter"), ScheduleKind::OptimalMin);
   // Find the lifted value of shared.weight and check two stages read it.
-  const auto& names = rewritten.plan->lifted_names;
+  std::vector<std::string> names;
+  for (const auto& l : rewritten.plan->stages().lifted()) names.push_back(l.name);
   const auto it = std::find(names.begin(), names.end(), "shared.weight");
   ASSERT_NE(it, names.end());
   const size_t index = static_cast<size_t>(it - names.begin());
   int readers = 0;
-  for (const auto& s : rewritten.plan->stages)
+  for (const auto& s : rewritten.plan->stages().stages())
     readers += std::count(s.lifted.begin(), s.lifted.end(), index) > 0;
   ASSERT_EQ(readers, 2) << rewritten.plan->str();
   torch::manual_seed(9);

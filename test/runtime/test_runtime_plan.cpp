@@ -30,9 +30,9 @@ int countNodes(const torch::jit::Graph& graph, const char* kind) {
 TEST(RuntimePlan, PrintsStagesAndScheduleWithoutAddresses) {
   Rewritten r = rewriteWith(loadFixture("tiny_resnet"), ScheduleKind::OptimalMid);
   const std::string text = r.plan->str();
-  EXPECT_NE(text.find("schedule: " + solver::toString(r.plan->schedule)), std::string::npos)
+  EXPECT_NE(text.find("schedule: " + solver::toString(r.plan->solution().schedule)), std::string::npos)
       << text;
-  for (const auto& s : r.plan->stages)
+  for (const auto& s : r.plan->stages().stages())
     EXPECT_NE(text.find("\"" + s.label + "\""), std::string::npos) << s.label;
   EXPECT_NE(text.find("(terminal)"), std::string::npos);
   EXPECT_EQ(text.find("0x"), std::string::npos) << "addresses make the dump unstable:\n" << text;
@@ -46,15 +46,16 @@ TEST(RuntimePlan, PrintsStagesAndScheduleWithoutAddresses) {
 TEST(RuntimePlan, StageMetadataFromThePartition) {
   Rewritten r = rewriteWith(loadFixture("tiny_resnet"), ScheduleKind::None);
   int with_buffers = 0;
-  for (const auto& s : r.plan->stages) {
+  for (int l = 1; l <= r.plan->numStages(); ++l) {
+    const StageSpec& s = r.plan->stages().stage(l);
     EXPECT_EQ(s.num_activation_inputs, 1u);
-    EXPECT_FALSE(s.has_random_ops);
+    EXPECT_FALSE(r.plan->stages().hasRandomOps(l));
     with_buffers += !s.mutated_lifted.empty();
   }
   EXPECT_GE(with_buffers, 3) << "every residual block updates BatchNorm statistics";
   Rewritten d = rewriteWith(loadFixture("dropout_mlp"), ScheduleKind::None);
   int random = 0;
-  for (const auto& s : d.plan->stages) random += s.has_random_ops;
+  for (int l = 1; l <= d.plan->numStages(); ++l) random += d.plan->stages().hasRandomOps(l);
   EXPECT_GE(random, 3);
 }
 
@@ -66,10 +67,10 @@ TEST(RuntimePlan, RewrittenGraphCallsTheChainOnce) {
   EXPECT_EQ(countNodes(*graph, "jitckpt::chain"), 1) << *graph;
   EXPECT_EQ(countNodes(*graph, "aten::_convolution") + countNodes(*graph, "aten::conv2d"), 0)
       << *graph;
-  EXPECT_TRUE(isRewritten(r.module));
+  EXPECT_TRUE(planOf(r.module));
   EXPECT_EQ(planOf(r.module).get(), r.plan.get());
   // The user's module keeps its forward and gets no plan.
-  EXPECT_FALSE(isRewritten(original));
+  EXPECT_FALSE(planOf(original));
   EXPECT_EQ(original.get_method("forward").graph()->toString(), original_forward);
 }
 
@@ -85,55 +86,62 @@ TEST(RuntimePlan, RewritingTwiceIsAnError) {
 
 TEST(RuntimePlan, InvalidScheduleIsRejectedWithTheReason) {
   PartitionedClone pc = partitionClone(loadFixture("dropout_mlp"));
-  auto plan = Plan::fromPartition(pc.partition);
-  plan->costs = syntheticCosts(plan->numStages());
-  plan->schedule = solver::noCheckpointSchedule(plan->costs);
-  plan->schedule.pop_back();  // no B(1): never reaches the input gradient
+  auto stages = chainStagesOf(pc.partition);
+  Solution s;
+  s.costs = syntheticCosts(stages->size());
+  s.schedule = solver::noCheckpointSchedule(s.costs);
+  s.schedule.pop_back();  // no B(1): never reaches the input gradient
   try {
-    rewriteChain(pc.module, pc.partition, plan);
+    Plan plan(stages, s);
     FAIL() << "expected an error";
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what()).find("not valid"), std::string::npos) << e.what();
   }
-  // A schedule that runs a backward op before the hand-off B(L+1) cannot be split into the op's
-  // forward and backward.
-  const int L = plan->numStages();
-  plan->schedule.clear();
-  for (int l = 1; l <= L + 1; ++l) plan->schedule.push_back({solver::OpKind::ForwardAll, l});
-  plan->schedule.push_back({solver::OpKind::Backward, L + 1});
-  for (int l = L; l >= 1; --l) plan->schedule.push_back({solver::OpKind::Backward, l});
-  EXPECT_NO_THROW(plan->validate());
-  plan->costs.length();
-  plan->costs = syntheticCosts(L - 1);  // costs for another chain
-  EXPECT_THROW(plan->validate(), c10::Error);
+  // The forward part must end at the hand-off B(L+1): here it does, after Fall(L+1).
+  const int L = stages->size();
+  s.schedule.clear();
+  for (int l = 1; l <= L + 1; ++l) s.schedule.push_back({solver::OpKind::ForwardAll, l});
+  s.schedule.push_back({solver::OpKind::Backward, L + 1});
+  for (int l = L; l >= 1; --l) s.schedule.push_back({solver::OpKind::Backward, l});
+  EXPECT_NO_THROW((void)Plan(stages, s));
+  s.costs = syntheticCosts(L - 1);  // costs for another chain
+  EXPECT_THROW((void)Plan(stages, s), c10::Error);
 }
 
 TEST(RuntimePlan, PickleKeepsEverything) {
   Rewritten r = rewriteWith(loadFixture("tiny_resnet"), ScheduleKind::OptimalMin);
-  r.plan->curve = {{100, 3.5}, {200, 2.25}};
-  r.plan->input_shapes = {{2, 3, 12, 12}};
-  auto copy = Plan::fromState(r.plan->getState());
-  EXPECT_EQ(copy->str(), r.plan->str());
-  EXPECT_EQ(copy->schedule, r.plan->schedule);
-  EXPECT_EQ(copy->lifted_names, r.plan->lifted_names);
-  EXPECT_EQ(copy->input_shapes, r.plan->input_shapes);
-  ASSERT_EQ(copy->curve.size(), 2u);
-  EXPECT_EQ(copy->curve[1].limit, 200);
-  EXPECT_EQ(copy->curve[1].time, 2.25);
-  ASSERT_EQ(copy->stages.size(), r.plan->stages.size());
-  for (size_t s = 0; s < copy->stages.size(); ++s) {
-    EXPECT_EQ(structure(copy->stages[s].graph->block()),
-              structure(r.plan->stages[s].graph->block()))
-        << "stage " << s + 1;
-    EXPECT_EQ(copy->stages[s].graph->inputs().size(), r.plan->stages[s].graph->inputs().size());
-    EXPECT_EQ(copy->stages[s].mutated_lifted, r.plan->stages[s].mutated_lifted);
+  Solution solution = r.plan->solution();
+  solution.curve = {{100, 3.5}, {200, 2.25}};
+  solution.input_shapes = {{2, 3, 12, 12}};
+  const Plan plan(r.plan->sharedStages(), solution);
+  auto copy = Plan::fromState(plan.getState());
+  EXPECT_EQ(copy->str(), plan.str());
+  EXPECT_EQ(copy->solution().schedule, solution.schedule);
+  EXPECT_EQ(copy->solution().strategy, solution.strategy);
+  ASSERT_EQ(copy->stages().lifted().size(), plan.stages().lifted().size());
+  for (size_t k = 0; k < plan.stages().lifted().size(); ++k) {
+    EXPECT_EQ(copy->stages().lifted()[k].name, plan.stages().lifted()[k].name);
+    EXPECT_EQ(copy->stages().lifted()[k].kind, plan.stages().lifted()[k].kind);
+    EXPECT_EQ(copy->stages().position(k), plan.stages().position(k));
+  }
+  EXPECT_EQ(copy->solution().input_shapes, solution.input_shapes);
+  ASSERT_EQ(copy->solution().curve.size(), 2u);
+  EXPECT_EQ(copy->solution().curve[1].limit, 200);
+  EXPECT_EQ(copy->solution().curve[1].time, 2.25);
+  ASSERT_EQ(copy->numStages(), plan.numStages());
+  for (int l = 1; l <= copy->numStages(); ++l) {
+    const StageSpec& a = copy->stages().stage(l);
+    const StageSpec& b = plan.stages().stage(l);
+    EXPECT_EQ(structure(a.graph->block()), structure(b.graph->block())) << "stage " << l;
+    EXPECT_EQ(a.graph->inputs().size(), b.graph->inputs().size());
+    EXPECT_EQ(a.mutated_lifted, b.mutated_lifted);
+    EXPECT_EQ(copy->stages().hasRandomOps(l), plan.stages().hasRandomOps(l));
   }
 }
 
 // A stage graph holding a tensor constant survives pickling (parseIR cannot read one back).
 TEST(RuntimePlan, PickleKeepsTensorConstants) {
-  auto plan = c10::make_intrusive<Plan>();
-  PlanStage stage;
+  StageSpec stage;
   stage.graph = std::make_shared<torch::jit::Graph>();
   torch::jit::Value* x = stage.graph->addInput("x")->setType(c10::TensorType::get());
   const at::Tensor constant = torch::arange(6, at::kFloat).reshape({2, 3});
@@ -141,19 +149,19 @@ TEST(RuntimePlan, PickleKeepsTensorConstants) {
   stage.graph->registerOutput(stage.graph->insert(c10::aten::mul, {x, c}));
   stage.num_activation_inputs = 1;
   stage.label = "scale";
-  plan->stages.push_back(stage);
-  plan->costs = syntheticCosts(1);
-  plan->schedule = solver::noCheckpointSchedule(plan->costs);
-  auto copy = Plan::fromState(plan->getState());
+  auto stages = std::make_shared<const ChainStages>(std::vector<StageSpec>{stage},
+                                                    std::vector<LiftedSpec>{});
+  const Plan plan(stages, syntheticSolution(1, solver::noCheckpointSchedule));
+  auto copy = Plan::fromState(plan.getState());
   int constants = 0;
-  for (const torch::jit::Node* n : copy->stages[0].graph->nodes()) {
+  for (const torch::jit::Node* n : copy->stages().stage(1).graph->nodes()) {
     if (n->kind() == c10::prim::Constant &&
         n->output()->type()->kind() == c10::TypeKind::TensorType) {
       ++constants;
       EXPECT_TRUE(torch::equal(n->t(c10::attr::value), constant));
     }
   }
-  EXPECT_EQ(constants, 1) << *copy->stages[0].graph;
+  EXPECT_EQ(constants, 1) << *copy->stages().stage(1).graph;
 }
 
 // torch.jit.save/load keep the plan; the loaded module trains exactly like the reference.

@@ -19,20 +19,20 @@
 #include <utility>
 #include <vector>
 
+#include "passes/partition_module.h"
 #include "passes/rewrite.h"
-#include "passes/solver/baselines.h"
-#include "passes/solver/persistent_dp.h"
-#include "passes/solver/simulator.h"
+#include "solver/baselines.h"
+#include "solver/persistent_dp.h"
+#include "solver/simulator.h"
 #include "runtime/plan.h"
+#include "test/fixtures/fixture_path.h"
 
 namespace jitckpt::test {
 
-inline std::string fixturePath(const std::string& name) {
-  return std::string(JITCKPT_RUNTIME_FIXTURE_DIR) + "/" + name + ".pt";
-}
-
 inline torch::jit::Module loadFixture(const std::string& name) {
-  return torch::jit::load(fixturePath(name));
+  const std::string path = fixture(name);
+  TORCH_CHECK(!path.empty(), "fixture model '", name, "' was not made by this build");
+  return torch::jit::load(path);
 }
 
 // Input shape each fixture is tested with.
@@ -58,8 +58,8 @@ class ReferenceExecutorGuard {
 
 // Heterogeneous synthetic costs for the L model stages plus the zero-cost terminal stage. The
 // executor's exactness does not depend on the costs; they only shape the schedules under test.
-inline solver::Chain syntheticCosts(int L) {
-  solver::Chain c;
+inline solver::Costs syntheticCosts(int L) {
+  solver::Costs c;
   const int n = L + 2;  // entries 0..L+1
   c.uf.assign(n, 0);
   c.ub.assign(n, 0);
@@ -111,7 +111,7 @@ inline std::string toString(ScheduleKind kind) {
   return "?";
 }
 
-inline solver::Schedule makeSchedule(const solver::Chain& costs, ScheduleKind kind) {
+inline solver::Schedule makeSchedule(const solver::Costs& costs, ScheduleKind kind) {
   const int L = costs.length() - 1;  // model stages
   const int64_t unconstrained = solver::simulate(costs, solver::noCheckpointSchedule(costs)).peak;
   switch (kind) {
@@ -148,23 +148,46 @@ struct Rewritten {
   c10::intrusive_ptr<Plan> plan;
 };
 
+inline solver::Strategy strategyOf(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::None:
+      return solver::Strategy::None;
+    case ScheduleKind::Periodic2:
+    case ScheduleKind::Periodic3:
+      return solver::Strategy::Periodic;
+    case ScheduleKind::Revolve:
+      return solver::Strategy::Revolve;
+    default:
+      return solver::Strategy::Optimal;
+  }
+}
+
+// A solution of synthetic costs for L stages that runs `schedule_for(costs)`.
+inline Solution syntheticSolution(
+    int L, const std::function<solver::Schedule(const solver::Costs&)>& schedule_for,
+    solver::Strategy strategy = solver::Strategy::Optimal) {
+  Solution s;
+  s.costs = syntheticCosts(L);
+  s.schedule = schedule_for(s.costs);
+  const solver::SimulationResult sim = solver::simulate(s.costs, s.schedule);
+  s.predicted_peak = sim.peak;
+  s.predicted_time = sim.time;
+  s.unconstrained_peak = solver::simulate(s.costs, solver::noCheckpointSchedule(s.costs)).peak;
+  s.memory_limit = sim.peak;
+  s.strategy = strategy;
+  return s;
+}
+
 // Partitions a clone of `module` (deep copies of its tensors: the reference trains its own) and
 // rewrites it to run `schedule_for(costs)` with synthetic costs.
 inline Rewritten rewriteWith(
     const torch::jit::Module& module,
-    const std::function<solver::Schedule(const solver::Chain&)>& schedule_for,
-    const PartitionOptions& options = {}, const std::string& strategy = "test") {
+    const std::function<solver::Schedule(const solver::Costs&)>& schedule_for,
+    const PartitionOptions& options = {}, solver::Strategy strategy = solver::Strategy::Optimal) {
   PartitionedClone pc = partitionClone(module, options, /*share_tensors=*/false);
-  auto plan = Plan::fromPartition(pc.partition);
-  plan->costs = syntheticCosts(plan->numStages());
-  plan->schedule = schedule_for(plan->costs);
-  const solver::SimulationResult sim = solver::simulate(plan->costs, plan->schedule);
-  plan->predicted_peak = sim.peak;
-  plan->predicted_time = sim.time;
-  plan->unconstrained_peak =
-      solver::simulate(plan->costs, solver::noCheckpointSchedule(plan->costs)).peak;
-  plan->memory_limit = sim.peak;
-  plan->strategy = strategy;
+  auto stages = chainStagesOf(pc.partition);
+  auto plan =
+      c10::make_intrusive<Plan>(stages, syntheticSolution(stages->size(), schedule_for, strategy));
   rewriteChain(pc.module, pc.partition, plan);
   return {std::move(pc.module), plan};
 }
@@ -172,8 +195,8 @@ inline Rewritten rewriteWith(
 inline Rewritten rewriteWith(const torch::jit::Module& module, ScheduleKind kind,
                              const PartitionOptions& options = {}) {
   return rewriteWith(
-      module, [kind](const solver::Chain& c) { return makeSchedule(c, kind); }, options,
-      toString(kind));
+      module, [kind](const solver::Costs& c) { return makeSchedule(c, kind); }, options,
+      strategyOf(kind));
 }
 
 // Everything a training step produces that must be bit-identical: the output, the input gradient,
@@ -238,7 +261,7 @@ inline void expectSameTraining(torch::jit::Module& reference, torch::jit::Module
 }
 
 inline bool hasRecomputation(const Plan& plan) {
-  return solver::simulate(plan.costs, plan.schedule).recomputations > 0;
+  return solver::simulate(plan.solution().costs, plan.solution().schedule).recomputations > 0;
 }
 
 }  // namespace jitckpt::test

@@ -1,16 +1,16 @@
 // The persistent DP against the exhaustive persistent search and the simulator.
 #include <gtest/gtest.h>
 
-#include "passes/solver/builtin_chains.h"
-#include "passes/solver/exhaustive.h"
-#include "passes/solver/persistent_dp.h"
-#include "passes/solver/simulator.h"
+#include "solver/testing/builtin_chains.h"
+#include "solver/testing/exhaustive.h"
+#include "solver/persistent_dp.h"
+#include "solver/simulator.h"
 
 using namespace jitckpt::solver;
 
 namespace {
 
-int64_t noCheckpointPeak(const Chain& chain) {
+int64_t noCheckpointPeak(const Costs& chain) {
   Schedule none;
   for (int l = 1; l <= chain.length(); ++l) none.push_back({OpKind::ForwardAll, l});
   for (int l = chain.length(); l >= 1; --l) none.push_back({OpKind::Backward, l});
@@ -25,7 +25,7 @@ TEST(PersistentDp, EqualsExhaustivePersistentSearch) {
   int feasible = 0, infeasible = 0;
   for (uint64_t seed = 1; seed <= 60; ++seed) {
     const int length = 1 + static_cast<int>(seed % 5);
-    const Chain chain = randomChain(length, seed);
+    const Costs chain = randomCosts(length, seed);
     const int64_t top = noCheckpointPeak(chain) + 2;
     PersistentSolver solver(chain, top, static_cast<int>(top));  // slot size 1
     ASSERT_EQ(solver.slotSize(), 1);
@@ -33,7 +33,7 @@ TEST(PersistentDp, EqualsExhaustivePersistentSearch) {
       const SearchResult best = bestPersistentSequence(chain, limit);
       const SolveResult dp = solver.solve(limit);
       ASSERT_EQ(dp.feasible, best.feasible) << "seed " << seed << " limit " << limit << "\n"
-                                            << chainToJson(chain);
+                                            << costsToJson(chain);
       if (!best.feasible) {
         ++infeasible;
         continue;
@@ -50,7 +50,7 @@ TEST(PersistentDp, EqualsExhaustivePersistentSearch) {
 // Every DP answer replays under the simulator within the limit and at the DP's time.
 TEST(PersistentDp, SimulatorAgreesWithDp) {
   for (uint64_t seed = 100; seed < 140; ++seed) {
-    const Chain chain = randomChain(3 + static_cast<int>(seed % 10), seed, 50, 20);
+    const Costs chain = randomCosts(3 + static_cast<int>(seed % 10), seed, 50, 20);
     const int64_t top = noCheckpointPeak(chain);
     for (int slots : {7, 50, 500}) {
       PersistentSolver solver(chain, top, slots);
@@ -71,7 +71,7 @@ TEST(PersistentDp, SimulatorAgreesWithDp) {
 // better than the exact one.
 TEST(PersistentDp, DiscretizationIsConservative) {
   for (uint64_t seed = 200; seed < 230; ++seed) {
-    const Chain chain = randomChain(5, seed, 1000, 9);
+    const Costs chain = randomCosts(5, seed, 1000, 9);
     const int64_t top = noCheckpointPeak(chain);
     PersistentSolver exact(chain, top, static_cast<int>(top));
     PersistentSolver coarse(chain, top, 20);
@@ -87,7 +87,7 @@ TEST(PersistentDp, DiscretizationIsConservative) {
 }
 
 TEST(PersistentDp, InfeasibleLimitSaysTheSmallestThatWorks) {
-  const Chain chain = randomChain(6, 7, 40, 9);
+  const Costs chain = randomCosts(6, 7, 40, 9);
   const int64_t top = noCheckpointPeak(chain);
   PersistentSolver solver(chain, top, static_cast<int>(top));
   const int64_t smallest = solver.minFeasibleLimit();
@@ -105,7 +105,7 @@ TEST(PersistentDp, InfeasibleLimitSaysTheSmallestThatWorks) {
 }
 
 TEST(PersistentDp, CurveIsMonotoneAndEndsAtNoRecomputation) {
-  const Chain chain = resnetLikeChain(30);
+  const Costs chain = resnetLikeCosts(30);
   const int64_t top = noCheckpointPeak(chain);
   // Each of the ~L terms of a peak is rounded up by at most one slot (top/500): leave room.
   PersistentSolver solver(chain, top + top / 4, 500);
@@ -123,7 +123,7 @@ TEST(PersistentDp, CurveIsMonotoneAndEndsAtNoRecomputation) {
 // Zero-size activations make sub-problems refer to the same memory column: the table must be
 // filled by interval length for this to be right.
 TEST(PersistentDp, ZeroSizeActivations) {
-  Chain chain = randomChain(5, 3);
+  Costs chain = randomCosts(5, 3);
   for (int l = 0; l <= 5; ++l) chain.wa[l] = 0;
   for (int l = 1; l <= 5; ++l) chain.wabar[l] = l % 2 ? 0 : 3;
   for (int64_t limit = 0; limit < 30; ++limit) {

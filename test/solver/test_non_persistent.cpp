@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <string>
 
-#include "passes/solver/builtin_chains.h"
-#include "passes/solver/exhaustive.h"
-#include "passes/solver/persistent_dp.h"
-#include "passes/solver/simulator.h"
+#include "solver/testing/builtin_chains.h"
+#include "solver/testing/exhaustive.h"
+#include "solver/persistent_dp.h"
+#include "solver/simulator.h"
 
 using namespace jitckpt::solver;
 
@@ -17,7 +17,7 @@ TEST(NonPersistent, DpNeverBelowTheTrueOptimumNorWorseThanPersistentSearch) {
   double worst_gap = 0;
   int compared = 0, slower = 0;
   for (uint64_t seed = 1; seed <= 40; ++seed) {
-    const Chain chain = randomChain(2 + static_cast<int>(seed % 4), seed);
+    const Costs chain = randomCosts(2 + static_cast<int>(seed % 4), seed);
     const int64_t top = 60;
     PersistentSolver solver(chain, top, static_cast<int>(top));
     for (int64_t limit = 0; limit <= top; limit += 3) {
@@ -55,9 +55,9 @@ namespace {
 // (the paper forgets the last recomputation of F^2 that B(2) needs). With k = n-1 the
 // persistent optimum is strictly slower for every n >= 6: the figure's claim holds, with each
 // of its closed forms off by 2.
-Chain figure3Chain(int n) {
+Costs figure3Chain(int n) {
   const int L = n + 2;
-  Chain c;
+  Costs c;
   c.uf.assign(L + 1, 0);
   c.ub.assign(L + 1, 0);
   c.wa.assign(L + 1, 3);
@@ -95,7 +95,7 @@ Schedule figure3NonPersistent(int n) {
 
 TEST(NonPersistent, Figure3CounterExample) {
   for (int n = 4; n <= 9; ++n) {
-    const Chain chain = figure3Chain(n);
+    const Costs chain = figure3Chain(n);
     const SimulationResult paper = simulate(chain, figure3NonPersistent(n));
     ASSERT_TRUE(paper.valid && paper.complete) << paper.reason;
     EXPECT_LE(paper.peak, 8);
@@ -127,7 +127,7 @@ TEST(NonPersistent, StrictlyFasterNonPersistentScheduleExists) {
   std::string example;
   for (uint64_t seed = 1; seed <= 400 && found < 1; ++seed) {
     const int length = 4 + static_cast<int>(seed % 3);
-    const Chain chain = randomChain(length, seed, 4, 9);
+    const Costs chain = randomCosts(length, seed, 4, 9);
     // The persistent optimum from the DP at slot size 1 (equal to the enumeration: see
     // PersistentDp.EqualsExhaustivePersistentSearch), one table for every limit.
     const PersistentSolver solver(chain, 40, 40);
@@ -141,7 +141,7 @@ TEST(NonPersistent, StrictlyFasterNonPersistentScheduleExists) {
         ++found;
         if (example.empty()) {
           example = "L=" + std::to_string(length) + " M=" + std::to_string(limit) + "\n" +
-                    chainToJson(chain) + "\npersistent " + std::to_string(persistent.time) + ": " +
+                    costsToJson(chain) + "\npersistent " + std::to_string(persistent.time) + ": " +
                     toString(persistent.schedule) + "\nany " + std::to_string(any.time) + ": " +
                     toString(any.schedule);
         }

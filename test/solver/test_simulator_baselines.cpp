@@ -1,16 +1,16 @@
 // Simulator rules and the baselines.
 #include <gtest/gtest.h>
 
-#include "passes/solver/baselines.h"
-#include "passes/solver/builtin_chains.h"
-#include "passes/solver/persistent_dp.h"
-#include "passes/solver/simulator.h"
+#include "solver/baselines.h"
+#include "solver/testing/builtin_chains.h"
+#include "solver/persistent_dp.h"
+#include "solver/simulator.h"
 
 using namespace jitckpt::solver;
 
 namespace {
-Chain unitChain(int L) {
-  Chain c;
+Costs unitChain(int L) {
+  Costs c;
   c.uf.assign(L + 1, 1);
   c.ub.assign(L + 1, 2);
   c.wa.assign(L + 1, 10);
@@ -24,7 +24,7 @@ Chain unitChain(int L) {
 }  // namespace
 
 TEST(Simulator, CountsEveryTermOfTable1) {
-  const Chain c = unitChain(2);
+  const Costs c = unitChain(2);
   // Start: a0 (10) + delta2 (10) = 20.
   const SimulationResult r = simulate(c, parseSchedule("Fall(1) Fall(2) B(2) B(1)"));
   ASSERT_TRUE(r.valid && r.complete) << r.reason;
@@ -35,7 +35,7 @@ TEST(Simulator, CountsEveryTermOfTable1) {
 }
 
 TEST(Simulator, ReportsTheFirstInvalidOp) {
-  const Chain c = unitChain(3);
+  const Costs c = unitChain(3);
   const SimulationResult r = simulate(c, parseSchedule("Fck(1) Fn(2) Fall(3) B(3) B(2)"));
   EXPECT_FALSE(r.valid);
   EXPECT_EQ(r.first_invalid_op, 4);
@@ -46,7 +46,7 @@ TEST(Simulator, ReportsTheFirstInvalidOp) {
 }
 
 TEST(Simulator, NoneReplacesOnlyALoneInput) {
-  const Chain c = unitChain(3);
+  const Costs c = unitChain(3);
   // Fall(1) holds abar^1; F∅(2) reads it and keeps it; a^2 replaced by a^3 next.
   const SimulationResult r =
       simulate(c, parseSchedule("Fall(1) Fn(2) Fn(3) Fall(3) B(3) Fall(2) B(2) B(1)"));
@@ -58,7 +58,7 @@ TEST(Simulator, NoneReplacesOnlyALoneInput) {
 
 TEST(Baselines, ValidAndNeverBetterThanTheDp) {
   for (uint64_t seed = 1; seed <= 30; ++seed) {
-    const Chain chain = randomChain(2 + static_cast<int>(seed % 9), seed, 30, 9);
+    const Costs chain = randomCosts(2 + static_cast<int>(seed % 9), seed, 30, 9);
     const int L = chain.length();
     std::vector<Schedule> baselines{noCheckpointSchedule(chain)};
     for (int k = 1; k <= L; ++k) baselines.push_back(periodicSchedule(chain, k));
@@ -94,7 +94,7 @@ TEST(Baselines, ValidAndNeverBetterThanTheDp) {
 }
 
 TEST(Baselines, PeriodicMatchesCheckpointSequential) {
-  const Chain c = unitChain(5);
+  const Costs c = unitChain(5);
   // checkpoint_sequential(5 modules, 2 segments): segment size 2, first segment [1,2] without
   // saving, last segment [3,5] with grad; backward then recomputes [1,2].
   EXPECT_EQ(toString(periodicSchedule(c, 2)),

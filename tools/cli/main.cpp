@@ -8,9 +8,8 @@
 #include <iostream>
 #include <sstream>
 
-#include "passes/checkpoint.h"
-#include "passes/solver/memory_size.h"
-#include "runtime/plan.h"
+#include "jitckpt/jitckpt.h"
+#include "solver/memory_limit.h"
 
 namespace {
 
@@ -44,11 +43,58 @@ torch::jit::Module loadModule(const std::string& path) {
   }
 }
 
-c10::intrusive_ptr<jitckpt::Plan> planOf(const torch::jit::Module& module, const std::string& path) {
-  if (!module.hasattr(jitckpt::kPlanAttribute)) {
-    throw std::runtime_error("'" + path + "' was not rewritten by jitckpt; run `jitckpt optimize` on it first");
+c10::intrusive_ptr<jitckpt::Plan> requirePlan(const torch::jit::Module& module,
+                                              const std::string& path) {
+  auto plan = jitckpt::planOf(module);
+  if (!plan) {
+    throw std::runtime_error("'" + path +
+                             "' was not rewritten by jitckpt; run `jitckpt optimize` on it first");
   }
-  return module.attr(jitckpt::kPlanAttribute).toCustomClass<jitckpt::Plan>();
+  return plan;
+}
+
+struct OptimizeOptions {
+  std::string input_path, output_path, limit_text = "0.5", strategy = "optimal";
+  std::vector<std::string> shapes;
+  int slots = 500, max_stages = 0, segments = 0;
+  bool eval_mode = false;
+};
+
+void optimize(const OptimizeOptions& o) {
+  torch::jit::Module module = loadModule(o.input_path);
+  module.train(!o.eval_mode);
+  std::vector<c10::IValue> inputs;
+  for (const auto& shape : o.shapes) inputs.push_back(torch::randn(parseShape(shape)));
+  jitckpt::CheckpointOptions options;
+  options.slots = o.slots;
+  options.strategy = jitckpt::solver::parseStrategy(o.strategy);
+  options.segments = o.segments;
+  options.max_stages = o.max_stages;
+  torch::jit::Module rewritten =
+      jitckpt::checkpoint(module, inputs, jitckpt::MemoryLimit::parse(o.limit_text), options);
+  rewritten.save(o.output_path);
+  const auto plan = requirePlan(rewritten, o.output_path);
+  const jitckpt::Solution& s = plan->solution();
+  std::cout << "wrote " << o.output_path << ": " << plan->numStages() << " stages, strategy "
+            << jitckpt::solver::toString(s.strategy) << ", predicted activation peak "
+            << jitckpt::solver::formatBytes(s.predicted_peak) << " of "
+            << jitckpt::solver::formatBytes(s.unconstrained_peak)
+            << " unconstrained, predicted time " << s.predicted_time << " ms\n";
+}
+
+void inspect(const std::string& path, bool print_graph) {
+  torch::jit::Module module = loadModule(path);
+  const auto plan = requirePlan(module, path);
+  const auto& curve = plan->solution().curve;
+  std::cout << plan->str();
+  if (!curve.empty()) {
+    std::cout << "time-memory curve (optimal): " << curve.size() << " points, from "
+              << jitckpt::solver::formatBytes(curve.front().limit) << " ("
+              << curve.front().time << " ms) to "
+              << jitckpt::solver::formatBytes(curve.back().limit) << " (" << curve.back().time
+              << " ms)\n";
+  }
+  if (print_graph) std::cout << module.get_method("forward").graph()->toString(false);
 }
 
 }  // namespace
@@ -57,61 +103,43 @@ int main(int argc, char** argv) {
   CLI::App app{"jitckpt: train TorchScript models in less memory with optimal checkpointing"};
   app.require_subcommand(1);
 
-  auto* optimize = app.add_subcommand("optimize", "rewrite a saved TorchScript module for a memory limit");
-  std::string input_path, output_path, limit_text = "0.5", strategy = "optimal";
-  std::vector<std::string> shapes;
-  int slots = 500, max_stages = 0, segments = 0;
-  bool eval_mode = false;
-  optimize->add_option("model", input_path, "saved TorchScript module (.pt)")->required();
-  optimize->add_option("--input-shape", shapes, "shape of each forward input, e.g. 8,3,224,224 (float32)")
+  auto* optimize_command =
+      app.add_subcommand("optimize", "rewrite a saved TorchScript module for a memory limit");
+  OptimizeOptions o;
+  optimize_command->add_option("model", o.input_path, "saved TorchScript module (.pt)")->required();
+  optimize_command
+      ->add_option("--input-shape", o.shapes,
+                   "shape of each forward input, e.g. 8,3,224,224 (float32)")
       ->required();
-  optimize->add_option("--memory-limit", limit_text,
-                       "activation memory: bytes (2GiB, 512MiB) or a fraction of the unconstrained peak (0.5, 50%)");
-  optimize->add_option("--strategy", strategy, "optimal, periodic, revolve or none")
+  optimize_command->add_option("--memory-limit", o.limit_text,
+                               "activation memory: bytes (2GiB, 512MiB) or a fraction of the "
+                               "unconstrained peak (0.5, 50%)");
+  optimize_command->add_option("--strategy", o.strategy, "optimal, periodic, revolve or none")
       ->check(CLI::IsMember({"optimal", "periodic", "revolve", "none"}));
-  optimize->add_option("--slots", slots, "memory slots of the solver")->check(CLI::Range(1, 100000));
-  optimize->add_option("--segments", segments, "periodic: segment count (default: the fastest that fits)");
-  optimize->add_option("--max-stages", max_stages, "at most this many stages (0: no limit)");
-  optimize->add_flag("--eval", eval_mode, "plan for the module in eval() mode (default: train())");
-  optimize->add_option("-o,--output", output_path, "where to write the rewritten module")->required();
+  optimize_command->add_option("--slots", o.slots, "memory slots of the solver")
+      ->check(CLI::Range(1, 100000));
+  optimize_command->add_option("--segments", o.segments,
+                               "periodic: segment count (default: the fastest that fits)");
+  optimize_command->add_option("--max-stages", o.max_stages,
+                               "at most this many stages (0: no limit)");
+  optimize_command->add_flag("--eval", o.eval_mode,
+                             "plan for the module in eval() mode (default: train())");
+  optimize_command->add_option("-o,--output", o.output_path, "where to write the rewritten module")
+      ->required();
 
-  auto* inspect = app.add_subcommand("inspect", "print the plan of a rewritten module");
+  auto* inspect_command = app.add_subcommand("inspect", "print the plan of a rewritten module");
   std::string inspect_path;
   bool print_graph = false;
-  inspect->add_option("model", inspect_path, "rewritten TorchScript module (.pt)")->required();
-  inspect->add_flag("--graph", print_graph, "also print the rewritten forward graph");
+  inspect_command->add_option("model", inspect_path, "rewritten TorchScript module (.pt)")
+      ->required();
+  inspect_command->add_flag("--graph", print_graph, "also print the rewritten forward graph");
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (*optimize) {
-      torch::jit::Module module = loadModule(input_path);
-      module.train(!eval_mode);
-      std::vector<c10::IValue> inputs;
-      for (const auto& shape : shapes) inputs.push_back(torch::randn(parseShape(shape)));
-      jitckpt::CheckpointOptions options;
-      options.slots = slots;
-      options.strategy = jitckpt::parseStrategy(strategy);
-      options.segments = segments;
-      options.max_stages = max_stages;
-      torch::jit::Module rewritten =
-          jitckpt::checkpoint(module, inputs, jitckpt::MemoryLimit::parse(limit_text), options);
-      rewritten.save(output_path);
-      const auto plan = planOf(rewritten, output_path);
-      std::cout << "wrote " << output_path << ": " << plan->numStages() << " stages, strategy " << plan->strategy
-                << ", predicted activation peak " << jitckpt::solver::formatBytes(plan->predicted_peak) << " of "
-                << jitckpt::solver::formatBytes(plan->unconstrained_peak) << " unconstrained, predicted time "
-                << plan->predicted_time << " ms\n";
+    if (*optimize_command) {
+      optimize(o);
     } else {
-      torch::jit::Module module = loadModule(inspect_path);
-      const auto plan = planOf(module, inspect_path);
-      std::cout << plan->str();
-      if (!plan->curve.empty()) {
-        std::cout << "time-memory curve (optimal): " << plan->curve.size() << " points, from "
-                  << jitckpt::solver::formatBytes(plan->curve.front().limit) << " (" << plan->curve.front().time
-                  << " ms) to " << jitckpt::solver::formatBytes(plan->curve.back().limit) << " ("
-                  << plan->curve.back().time << " ms)\n";
-      }
-      if (print_graph) std::cout << module.get_method("forward").graph()->toString(false);
+      inspect(inspect_path, print_graph);
     }
   } catch (const c10::Error& e) {
     std::cerr << "error: " << e.what_without_backtrace() << "\n";

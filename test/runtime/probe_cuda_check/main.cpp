@@ -12,11 +12,12 @@
 #include <string>
 
 #include "passes/checkpoint.h"
-#include "passes/partition.h"
+#include "passes/partition_module.h"
 #include "passes/profile.h"
 #include "passes/rewrite.h"
 #include "runtime/plan.h"
 #include "runtime/probes/memory_probe.h"
+#include "runtime/probes/stopwatch.h"
 
 #ifdef JITCKPT_CUDA
 #include <ATen/cuda/CUDAGeneratorImpl.h>
@@ -174,10 +175,11 @@ void checkTrainingStep() {
   const int64_t measured = probe->peakBytes() - base + x.numel() * x.element_size();
   int64_t parameters = 0;
   for (const auto& p : rewritten.parameters()) parameters += p.numel() * p.element_size();
-  check(measured <= plan->memory_limit + parameters + plan->memory_limit / 100 + 8192,
+  const jitckpt::Solution& solution = plan->solution();
+  check(measured <= solution.memory_limit + parameters + solution.memory_limit / 100 + 8192,
         "training step within the limit + parameter gradients + 1% (CUDA)",
-        "measured " + bytes(measured) + ", predicted " + bytes(plan->predicted_peak) + ", limit " +
-            bytes(plan->memory_limit));
+        "measured " + bytes(measured) + ", predicted " + bytes(solution.predicted_peak) + ", limit " +
+            bytes(solution.memory_limit));
   // Three steps on each: gradients accumulate the same way.
   for (int s = 0; s < 3; ++s) step(reference);
   bool equal = true;

@@ -1,1 +1,0 @@
-target_sources(jitckpt PRIVATE checkpoint.cpp)

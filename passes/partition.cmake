@@ -1,1 +1,0 @@
-target_sources(jitckpt PRIVATE partition.cpp partition_run.cpp print_chain.cpp)

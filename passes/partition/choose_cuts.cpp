@@ -1,0 +1,128 @@
+// Steps 3 and 4 of the partition pass: the granularity rule, max_stages, the single-stage fallback.
+#include <cmath>
+#include <string>
+#include <unordered_set>
+
+#include "passes/partition/steps.h"
+
+namespace jitckpt::partition_steps {
+namespace {
+
+// Inner cuts: one per gap between two consecutive heavy ops (candidates with the same heavy-op
+// count before them), none before the first or after the last heavy op; in each gap the latest
+// cut, or with `move_off_writes` the latest one whose boundary is never written in place.
+std::vector<const Cut*> cutPerGap(const std::vector<Cut>& kept, const HeavyOpCounts& heavy,
+                                  bool move_off_writes) {
+  const size_t first = kept.front().position, last = kept.back().position;
+  std::vector<const Cut*> chosen{&kept.front()};
+  for (size_t k = 1; k + 1 < kept.size();) {
+    size_t gap_end = k;
+    while (gap_end + 1 < kept.size() &&
+           heavy.before[kept[gap_end].position] == heavy.before[kept[k].position]) {
+      ++gap_end;
+    }
+    const Cut* pick = &kept[gap_end - 1];
+    if (move_off_writes) {
+      for (size_t j = k; j < gap_end; ++j) {
+        if (!kept[j].written_later) pick = &kept[j];
+      }
+    }
+    if (heavy.between(first, pick->position) > 0 && heavy.between(pick->position, last) > 0) {
+      chosen.push_back(pick);
+    }
+    k = gap_end;
+  }
+  if (kept.size() > 1 && last > first) chosen.push_back(&kept.back());
+  return chosen;
+}
+
+// At most max_stages: keeps the cuts that best balance the heavy-op count of the chain
+// [first, last].
+std::vector<const Cut*> balanceStages(const std::vector<const Cut*>& chosen, size_t first,
+                                      size_t last, const HeavyOpCounts& heavy, int max_stages) {
+  const int total = heavy.between(first, last);
+  std::vector<const Cut*> balanced{chosen.front()};
+  for (int s = 1; s < max_stages; ++s) {
+    const double target = static_cast<double>(total) * s / max_stages;
+    const Cut* best = nullptr;
+    for (size_t k = 1; k + 1 < chosen.size(); ++k) {
+      if (chosen[k]->position <= balanced.back()->position) continue;
+      if (!best || std::abs(heavy.between(first, chosen[k]->position) - target) <
+                       std::abs(heavy.between(first, best->position) - target)) {
+        best = chosen[k];
+      }
+    }
+    if (best) balanced.push_back(best);
+  }
+  balanced.push_back(chosen.back());
+  return balanced;
+}
+
+}  // namespace
+
+bool isHeavyOp(const Node* n) {
+  static const std::unordered_set<std::string> kinds = {"aten::_convolution",
+                                                        "aten::conv1d",
+                                                        "aten::conv2d",
+                                                        "aten::conv3d",
+                                                        "aten::convolution",
+                                                        "aten::conv_transpose1d",
+                                                        "aten::conv_transpose2d",
+                                                        "aten::conv_transpose3d",
+                                                        "aten::linear",
+                                                        "aten::matmul",
+                                                        "aten::mm",
+                                                        "aten::bmm",
+                                                        "aten::addmm",
+                                                        "aten::baddbmm",
+                                                        "aten::embedding",
+                                                        "aten::lstm",
+                                                        "aten::gru",
+                                                        "aten::rnn_tanh",
+                                                        "aten::rnn_relu",
+                                                        "aten::scaled_dot_product_attention",
+                                                        "aten::einsum"};
+  if (kinds.count(n->kind().toQualString())) return true;
+  for (const auto* block : n->blocks()) {
+    for (const Node* inner : block->nodes()) {
+      if (isHeavyOp(inner)) return true;
+    }
+  }
+  return false;
+}
+
+HeavyOpCounts countHeavyOps(const TopLevelNodes& top) {
+  HeavyOpCounts heavy;
+  heavy.before.assign(top.end + 1, 0);
+  for (size_t i = 0; i < top.end; ++i) {
+    heavy.before[i + 1] = heavy.before[i] + (isHeavyOp(top.nodes[i]) ? 1 : 0);
+  }
+  return heavy;
+}
+
+std::vector<const Cut*> chooseCuts(const CandidateCuts& candidates, const HeavyOpCounts& heavy,
+                                   const PartitionOptions& options,
+                                   std::vector<std::string>& warnings) {
+  const std::vector<Cut>& kept = candidates.cuts;
+  const size_t first = kept.front().position, last = kept.back().position;
+  std::vector<const Cut*> chosen = cutPerGap(kept, heavy, options.move_cuts_off_inplace_writes);
+  if (options.max_stages > 0 && chosen.size() > static_cast<size_t>(options.max_stages) + 1) {
+    chosen = balanceStages(chosen, first, last, heavy, options.max_stages);
+  }
+  if (chosen.size() > 2 && heavy.between(first, last) != 0) return chosen;
+
+  // No usable cut: the whole region between the first and last tensor-only positions is one
+  // stage.
+  TORCH_CHECK(first != last,
+              "partition: forward has no two positions where only tensors are live, so "
+              "there is no chain to checkpoint (is forward a single operation?)");
+  const std::string why = "no usable cut: no position inside the chain carries only " +
+                          std::to_string(candidates.fewest) +
+                          " tensor(s) between two compute-heavy ops, so the chain has a single "
+                          "stage (checkpointing cannot save memory on it)";
+  warnings.push_back(why);
+  TORCH_WARN_ONCE("jitckpt partition: ", why);
+  return {&kept.front(), &kept.back()};
+}
+
+}  // namespace jitckpt::partition_steps

@@ -1,0 +1,47 @@
+// In-place writes for the partition pass: which inputs a node writes, and whether it writes an
+// activation (a boundary tensor, or a view or alias of one) rather than an attribute.
+#include <string>
+
+#include "passes/partition/steps.h"
+
+namespace jitckpt::partition_steps {
+
+std::vector<size_t> directlyWrittenInputs(const Node* n) {
+  std::vector<size_t> written;
+  const std::string kind = n->kind().toQualString();
+  if (kind == "aten::batch_norm" || kind == "aten::instance_norm") return {3, 4};
+  const auto* schema = n->maybeSchema();
+  if (!schema) return written;
+  for (size_t a = 0; a < schema->arguments().size() && a < n->inputs().size(); ++a) {
+    const auto* alias = schema->arguments()[a].alias_info();
+    if (alias && alias->isWrite()) written.push_back(a);
+  }
+  return written;
+}
+
+// Writes to attributes (running statistics, num_batches_tracked) are left out: attributes are
+// lifted, never activations, yet AliasDb keeps them in the wildcard set together with every
+// tensor that was stored in a list (DenseNet's feature list), so writesToAlias would flag every
+// BatchNorm in such a model. Nodes without a schema fall back to AliasDb's answer.
+bool writesToActivation(Node* n, const torch::jit::ValueSet& values,
+                        const torch::jit::AliasDb& alias_db) {
+  if (!n->blocks().empty()) {
+    for (auto* block : n->blocks()) {
+      for (Node* inner : block->nodes()) {
+        if (writesToActivation(inner, values, alias_db)) return true;
+      }
+    }
+    return false;
+  }
+  if (!n->maybeSchema()) return alias_db.writesToAlias(n, values);
+  for (size_t a : directlyWrittenInputs(n)) {
+    Value* written = n->input(a);
+    if (written->node()->kind() == c10::prim::GetAttr) continue;
+    for (const Value* v : values) {
+      if (alias_db.mayAlias(written, v)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace jitckpt::partition_steps

@@ -1,0 +1,95 @@
+// Partition at module level (see partition_module.h).
+#include "passes/partition_module.h"
+
+#include <c10/core/GradMode.h>
+
+#include <optional>
+
+#include "passes/inline_calls.h"
+#include "runtime/plan.h"
+
+namespace jitckpt {
+namespace {
+
+// The current value of a lifted attribute: follows its prim::GetAttr chain from `self`.
+std::optional<c10::IValue> attributeValue(const torch::jit::Module& module,
+                                          const torch::jit::Value* value) {
+  std::vector<std::string> path;
+  const torch::jit::Value* v = value;
+  while (v->node()->kind() == c10::prim::GetAttr) {
+    path.push_back(v->node()->s(c10::attr::name));
+    v = v->node()->input(0);
+  }
+  if (v != v->owningGraph()->inputs().at(0)) return std::nullopt;
+  c10::IValue current = module._ivalue();
+  for (auto it = path.rbegin(); it != path.rend(); ++it)
+    current = current.toObjectRef().getAttr(*it);
+  return current;
+}
+
+// Deep copies made under grad would be non-leaf tensors (CloneBackward): copy without grad, then
+// give each parameter copy the original's requires_grad.
+torch::jit::Module deepClone(const torch::jit::Module& module) {
+  torch::jit::Module clone;
+  {
+    c10::AutoGradMode no_grad(false);
+    clone = module.clone(/*inplace=*/false);
+  }
+  auto originals = module.named_parameters();
+  auto copies = clone.named_parameters();
+  for (auto o = originals.begin(), c = copies.begin(); o != originals.end() && c != copies.end();
+       ++o, ++c) {
+    (*c).value.requires_grad_((*o).value.requires_grad());
+  }
+  return clone;
+}
+
+}  // namespace
+
+void bindOptionalTensors(const torch::jit::Module& module, Partition& partition) {
+  for (LiftedInput& l : partition.lifted) {
+    if (l.kind == LiftedKind::Scalar || l.value->type()->kind() == c10::TypeKind::TensorType)
+      continue;
+    const auto current = attributeValue(module, l.value);
+    TORCH_INTERNAL_ASSERT(current, "cannot find the module attribute behind lifted value '",
+                          l.name, "'");
+    if (current->isNone()) l.kind = LiftedKind::Scalar;
+  }
+}
+
+Partition partitionModule(const torch::jit::Module& module, const PartitionOptions& options) {
+  auto method = module.find_method("forward");
+  TORCH_CHECK(method, "partition: the module has no forward method");
+  auto graph = method->graph()->copy();
+  inlineAllCalls(*graph);
+  return partitionGraph(graph, options);
+}
+
+PartitionedClone partitionClone(const torch::jit::Module& module, const PartitionOptions& options,
+                                bool share_tensors) {
+  TORCH_CHECK(!module.hasattr(kPlanAttribute),
+              "this module was already rewritten by jitckpt; "
+              "call jitckpt.checkpoint on the original module instead");
+  TORCH_CHECK(module.find_method("forward"), "the module has no forward method to checkpoint");
+  torch::jit::Module clone = share_tensors ? module.clone(/*inplace=*/true) : deepClone(module);
+  // Like torch.jit.freeze: edit the clone's own forward graph in place (inlined, then taken over
+  // by the partition), so that rewriteChain's edits are the clone's forward.
+  auto graph = clone.get_method("forward").graph();
+  inlineAllCalls(*graph);
+  Partition partition = partitionGraph(graph, options);
+  bindOptionalTensors(clone, partition);
+  return {std::move(clone), std::move(partition)};
+}
+
+std::shared_ptr<const ChainStages> chainStagesOf(const Partition& partition) {
+  std::vector<LiftedSpec> lifted;
+  for (const LiftedInput& l : partition.lifted) lifted.push_back({l.name, l.kind});
+  std::vector<StageSpec> stages;
+  for (const Stage& s : partition.stages) {
+    stages.push_back({s.graph, s.num_activation_inputs, s.lifted, s.mutated_lifted,
+                      s.writes_activation_input, s.label});
+  }
+  return std::make_shared<const ChainStages>(stages, std::move(lifted));
+}
+
+}  // namespace jitckpt

@@ -1,0 +1,38 @@
+// Partition at module level. Takes a scripted module; returns its forward partitioned, either on a
+// copy of the graph (to look at) or on a clone of the module whose own forward the rewrite then
+// edits, and the runtime's view of the stages.
+#pragma once
+
+#include <torch/csrc/jit/api/module.h>
+
+#include <memory>
+
+#include "passes/partition.h"
+#include "runtime/stages.h"
+
+namespace jitckpt {
+
+// Copies and inlines `module`'s forward, then partitions it; the module is left as it is.
+Partition partitionModule(const torch::jit::Module& module, const PartitionOptions& options = {});
+
+// A clone of a module whose forward graph is inlined and partitioned in place: rewriteChain on
+// `partition` edits `module`'s forward. The clone has its own class type and methods, so the
+// original module keeps its forward; with share_tensors it shares parameters and buffers with the
+// original (module.clone(/*inplace=*/true)), otherwise they are deep copies. Optional[Tensor]
+// attributes that hold None (Conv2d's bias=False) are lifted as scalars (see bindOptionalTensors).
+// Errors (TORCH_CHECK) when the module was already rewritten or has no forward.
+struct PartitionedClone {
+  torch::jit::Module module;
+  Partition partition;
+};
+PartitionedClone partitionClone(const torch::jit::Module& module,
+                                const PartitionOptions& options = {}, bool share_tensors = true);
+
+// An Optional[Tensor] attribute that holds None cannot travel in the op's Tensor[]: marks it a
+// scalar (it goes with the Any[]). Reads the current values of `module`'s attributes.
+void bindOptionalTensors(const torch::jit::Module& module, Partition& partition);
+
+// The stages as the runtime holds them (graphs copied).
+std::shared_ptr<const ChainStages> chainStagesOf(const Partition& partition);
+
+}  // namespace jitckpt

@@ -1,0 +1,107 @@
+// The prologue (see prologue.h).
+#include "passes/prologue.h"
+
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+#include <torch/torch.h>
+
+#include <unordered_map>
+
+namespace jitckpt {
+namespace {
+
+// Restores every buffer of a module (recursively) on destruction: the prologue may update some.
+class ModuleBufferGuard {
+ public:
+  explicit ModuleBufferGuard(const torch::jit::Module& module) {
+    for (const auto& buffer : module.named_buffers(/*recurse=*/true)) {
+      if (buffer.value.defined()) saved_.emplace_back(buffer.value, buffer.value.detach().clone());
+    }
+  }
+  ~ModuleBufferGuard() {
+    torch::NoGradGuard no_grad;
+    for (auto& [live, copy] : saved_) live.detach().copy_(copy);
+  }
+  ModuleBufferGuard(const ModuleBufferGuard&) = delete;
+  ModuleBufferGuard& operator=(const ModuleBufferGuard&) = delete;
+
+ private:
+  std::vector<std::pair<at::Tensor, at::Tensor>> saved_;
+};
+
+ChainArguments splitArguments(const Partition& partition, const std::vector<c10::IValue>& stack) {
+  ChainArguments arguments;
+  size_t i = 0;
+  for (; i < partition.chain_inputs.size(); ++i) {
+    TORCH_CHECK(stack[i].isTensor(), "chain input ", i, " is a ", stack[i].tagKind(),
+                " for these example inputs, not a tensor");
+    const at::Tensor t = stack[i].toTensor();
+    arguments.inputs.push_back(t.detach().requires_grad_(t.requires_grad()));
+  }
+  for (const LiftedInput& l : partition.lifted) {
+    const c10::IValue& v = stack[i++];
+    if (l.kind == LiftedKind::Scalar) {
+      arguments.lifted_scalars.push_back(v);
+    } else {
+      // None: an Optional[Tensor] attribute without a value, kept as an undefined tensor.
+      TORCH_CHECK(v.isTensor() || v.isNone(), "attribute '", l.name, "' is a ", v.tagKind(),
+                  " at run time, where the partition expected a tensor");
+      arguments.lifted_tensors.push_back(v.isNone() ? at::Tensor() : v.toTensor());
+    }
+  }
+  return arguments;
+}
+
+}  // namespace
+
+std::shared_ptr<torch::jit::Graph> prologueGraph(const Partition& partition,
+                                                 const std::vector<torch::jit::Value*>& outputs) {
+  using torch::jit::Value;
+  TORCH_INTERNAL_ASSERT(partition.graph && partition.first_node,
+                        "prologueGraph: the partition has no chain region");
+  auto prologue = std::make_shared<torch::jit::Graph>();
+  std::unordered_map<Value*, Value*> env;
+  for (Value* input : partition.graph->inputs())
+    env[input] = prologue->addInput()->copyMetadata(input);
+  for (torch::jit::Node* n : partition.graph->nodes()) {
+    if (n == partition.first_node) break;
+    torch::jit::Node* copy =
+        prologue->insertNode(prologue->createClone(n, [&](Value* v) { return env.at(v); }));
+    for (size_t o = 0; o < n->outputs().size(); ++o) env[n->output(o)] = copy->output(o);
+  }
+  for (Value* v : outputs) {
+    auto it = env.find(v);
+    TORCH_INTERNAL_ASSERT(it != env.end(), "prologueGraph: value %", v->debugName(),
+                          " is not defined before the chain region");
+    prologue->registerOutput(it->second);
+  }
+  torch::jit::EliminateDeadCode(prologue);
+  return prologue;
+}
+
+ChainArguments prologueArguments(const torch::jit::Module& module, const Partition& partition,
+                                 const std::vector<c10::IValue>& example_inputs) {
+  const size_t expected = partition.graph->inputs().size() - 1;
+  TORCH_CHECK(example_inputs.size() == expected, "example inputs: forward takes ", expected,
+              " input(s) besides self, but ", example_inputs.size(), " were given");
+  std::vector<torch::jit::Value*> outputs = partition.chain_inputs;
+  for (const LiftedInput& l : partition.lifted) outputs.push_back(l.value);
+  torch::jit::Code code(prologueGraph(partition, outputs), "jitckpt_prologue");
+  std::vector<c10::IValue> stack{module._ivalue()};
+  stack.insert(stack.end(), example_inputs.begin(), example_inputs.end());
+  {
+    ModuleBufferGuard buffers(module);
+    torch::AutoGradMode grad_mode(true);
+    try {
+      torch::jit::InterpreterState(code).run(stack);
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, "running forward up to the chain on the example inputs failed: ",
+                  e.what_without_backtrace());
+    }
+  }
+  TORCH_INTERNAL_ASSERT(stack.size() == outputs.size(), "prologueArguments: the prologue returned ",
+                        stack.size(), " values");
+  return splitArguments(partition, stack);
+}
+
+}  // namespace jitckpt

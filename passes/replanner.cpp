@@ -1,0 +1,43 @@
+// The Replanner that libjitckpt installs in the runtime when it loads: profiles a plan's stages on
+// the new arguments and solves them at the plan's limit and strategy (see runtime/replan.h).
+#include "passes/profile.h"
+#include "passes/solve.h"
+#include "runtime/replan.h"
+
+namespace jitckpt {
+namespace {
+
+class ProfilingReplanner final : public Replanner {
+ public:
+  c10::intrusive_ptr<Plan> replan(const Plan& planned,
+                                  const ChainArguments& arguments) const override {
+    ProfileOptions options;
+    options.progress = [](int, int) {};
+    options.measure_unconstrained_peak = false;
+    const Solution& old = planned.solution();
+    std::vector<std::vector<int64_t>> shapes;
+    for (const auto& t : arguments.inputs) shapes.push_back(t.sizes().vec());
+    solver::Costs costs = profileStages(planned.sharedStages(), arguments, options).costs;
+    const auto limit = old.strategy == solver::Strategy::None
+                           ? solver::MemoryLimit::unlimited()
+                           : solver::MemoryLimit::bytes(old.memory_limit);
+    try {
+      return c10::make_intrusive<Plan>(
+          planned.sharedStages(),
+          solveCosts(std::move(costs), limit, {old.strategy, old.slots, 0}, shapes));
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, "jitckpt: the plan's memory limit cannot hold the new input shapes: ",
+                  e.what_without_backtrace(),
+                  ". Re-run jitckpt.checkpoint with these shapes and a larger limit");
+    }
+  }
+};
+
+// Installed when the library loads, so that the runtime can re-plan in any process that has it.
+const bool installed = [] {
+  installReplanner(std::make_unique<ProfilingReplanner>());
+  return true;
+}();
+
+}  // namespace
+}  // namespace jitckpt

@@ -1,0 +1,140 @@
+// Plan serialization (torch::class_ def_pickle): metadata as JSON, stage graphs as IR text, tensor
+// constants as tensors. Format 1.
+#include <nlohmann/json.hpp>
+
+#include "runtime/graph_text.h"
+#include "runtime/plan.h"
+
+namespace jitckpt {
+namespace {
+
+using Json = nlohmann::json;
+
+Json solutionToJson(const Solution& s) {
+  Json meta;
+  meta["costs"] = Json::parse(solver::costsToJson(s.costs));
+  meta["schedule"] = solver::toString(s.schedule);
+  meta["strategy"] = solver::toString(s.strategy);
+  meta["memory_limit"] = s.memory_limit;
+  meta["predicted_peak"] = s.predicted_peak;
+  meta["predicted_time"] = s.predicted_time;
+  meta["slots"] = s.slots;
+  meta["unconstrained_peak"] = s.unconstrained_peak;
+  meta["input_shapes"] = s.input_shapes;
+  Json curve = Json::array();
+  for (const auto& p : s.curve) curve.push_back({p.limit, p.time});
+  meta["curve"] = curve;
+  return meta;
+}
+
+Solution solutionFromJson(const Json& meta) {
+  Solution s;
+  s.costs = solver::costsFromJson(meta.at("costs").dump());
+  s.schedule = solver::parseSchedule(meta.at("schedule").get<std::string>());
+  s.strategy = solver::parseStrategy(meta.at("strategy").get<std::string>());
+  s.memory_limit = meta.at("memory_limit").get<int64_t>();
+  s.predicted_peak = meta.at("predicted_peak").get<int64_t>();
+  s.predicted_time = meta.at("predicted_time").get<double>();
+  s.slots = meta.at("slots").get<int>();
+  s.unconstrained_peak = meta.at("unconstrained_peak").get<int64_t>();
+  s.input_shapes = meta.at("input_shapes").get<std::vector<std::vector<int64_t>>>();
+  for (const auto& p : meta.at("curve"))
+    s.curve.push_back({p.at(0).get<int64_t>(), p.at(1).get<double>()});
+  return s;
+}
+
+std::shared_ptr<const ChainStages> stagesFromState(const Json& meta,
+                                                   const std::vector<std::string>& texts,
+                                                   const std::vector<at::Tensor>& constants) {
+  const auto names = meta.at("lifted_names").get<std::vector<std::string>>();
+  const auto kinds = meta.at("lifted_kinds").get<std::vector<int>>();
+  TORCH_CHECK(names.size() == kinds.size(), "corrupt jitckpt plan: ", names.size(),
+              " lifted names but ", kinds.size(), " kinds");
+  std::vector<LiftedSpec> lifted;
+  for (size_t k = 0; k < names.size(); ++k) {
+    TORCH_CHECK(kinds[k] >= 0 && kinds[k] <= static_cast<int>(LiftedKind::Scalar),
+                "corrupt jitckpt plan: unknown lifted kind ", kinds[k]);
+    lifted.push_back({names[k], static_cast<LiftedKind>(kinds[k])});
+  }
+  const auto& stage_meta = meta.at("stages");
+  TORCH_CHECK(stage_meta.size() == texts.size(), "corrupt jitckpt plan: ", stage_meta.size(),
+              " stage records but ", texts.size(), " stage graphs");
+  std::vector<StageSpec> stages;
+  size_t next_constant = 0;
+  for (size_t s = 0; s < texts.size(); ++s) {
+    const Json& m = stage_meta[s];
+    StageSpec stage;
+    stage.graph =
+        graphFromText(texts[s], m.at("num_constants").get<int64_t>(), constants, next_constant);
+    stage.num_activation_inputs = m.at("num_activation_inputs").get<size_t>();
+    stage.lifted = m.at("lifted").get<std::vector<size_t>>();
+    stage.mutated_lifted = m.at("mutated_lifted").get<std::vector<size_t>>();
+    stage.writes_activation_input = m.at("writes_activation_input").get<bool>();
+    stage.label = m.at("label").get<std::string>();
+    stages.push_back(std::move(stage));
+  }
+  auto chain = std::make_shared<const ChainStages>(stages, std::move(lifted));
+  const auto positions = meta.at("lifted_position").get<std::vector<size_t>>();
+  for (size_t k = 0; k < positions.size(); ++k) {
+    TORCH_CHECK(k < chain->lifted().size() && positions[k] == chain->position(k),
+                "corrupt jitckpt plan: lifted value ", k, " is out of place");
+  }
+  return chain;
+}
+
+}  // namespace
+
+Plan::State Plan::getState() const {
+  Json meta = solutionToJson(solution_);
+  meta["format"] = 1;
+  std::vector<std::string> names;
+  std::vector<int> kinds;
+  std::vector<size_t> positions;
+  for (size_t k = 0; k < stages_->lifted().size(); ++k) {
+    names.push_back(stages_->lifted()[k].name);
+    kinds.push_back(static_cast<int>(stages_->lifted()[k].kind));
+    positions.push_back(stages_->position(k));
+  }
+  meta["lifted_names"] = names;
+  meta["lifted_kinds"] = kinds;
+  meta["lifted_position"] = positions;
+  std::vector<std::string> texts;
+  std::vector<at::Tensor> constants;
+  Json stage_meta = Json::array();
+  for (int l = 1; l <= numStages(); ++l) {
+    const StageSpec& s = stages_->stage(l);
+    int64_t count = 0;
+    texts.push_back(graphToText(*s.graph, constants, count));
+    stage_meta.push_back({{"num_activation_inputs", s.num_activation_inputs},
+                          {"lifted", s.lifted},
+                          {"mutated_lifted", s.mutated_lifted},
+                          {"writes_activation_input", s.writes_activation_input},
+                          {"has_random_ops", stages_->hasRandomOps(l)},
+                          {"label", s.label},
+                          {"num_constants", count}});
+  }
+  meta["stages"] = stage_meta;
+  return {meta.dump(), texts, constants};
+}
+
+c10::intrusive_ptr<Plan> Plan::fromState(State state) {
+  const auto& [meta_text, texts, constants] = state;
+  auto corrupt = [](const char* what) {
+    TORCH_CHECK(false, "corrupt jitckpt plan in this file (", what,
+                "); re-create it with jitckpt");
+  };
+  try {
+    const Json meta = Json::parse(meta_text);
+    TORCH_CHECK(meta.at("format").get<int>() == 1, "unknown jitckpt plan format ",
+                meta.at("format").dump(), ": this file was written by another version of jitckpt");
+    return c10::make_intrusive<Plan>(stagesFromState(meta, texts, constants),
+                                     solutionFromJson(meta));
+  } catch (const Json::exception& e) {
+    corrupt(e.what());
+  } catch (const std::invalid_argument& e) {
+    corrupt(e.what());
+  }
+  return {};
+}
+
+}  // namespace jitckpt

@@ -1,0 +1,58 @@
+// Registers the runtime with TorchScript when libjitckpt_runtime loads: the jitckpt.Plan class
+// (printable, picklable) and the jitckpt::chain op with its kernels (chain_op.h).
+#include <torch/library.h>
+
+#include "runtime/chain_op.h"
+#include "runtime/plan.h"
+
+namespace jitckpt {
+namespace {
+
+using PlanPtr = c10::intrusive_ptr<Plan>;
+
+}  // namespace
+
+TORCH_LIBRARY(jitckpt, m) {
+  m.class_<Plan>("Plan")
+      .def("__str__", [](const PlanPtr& self) { return self->str(); })
+      .def("dump", [](const PlanPtr& self) { return self->str(); })
+      .def("num_stages", [](const PlanPtr& self) { return int64_t{self->numStages()}; })
+      .def("predicted_peak", [](const PlanPtr& self) { return self->solution().predicted_peak; })
+      .def("predicted_time", [](const PlanPtr& self) { return self->solution().predicted_time; })
+      .def("memory_limit", [](const PlanPtr& self) { return self->solution().memory_limit; })
+      .def("strategy",
+           [](const PlanPtr& self) { return solver::toString(self->solution().strategy); })
+      .def("schedule",
+           [](const PlanPtr& self) { return solver::toString(self->solution().schedule); })
+      .def("unconstrained_peak",
+           [](const PlanPtr& self) { return self->solution().unconstrained_peak; })
+      .def("stage_labels",
+           [](const PlanPtr& self) {
+             std::vector<std::string> labels;
+             for (const auto& s : self->stages().stages()) labels.push_back(s.label);
+             return labels;
+           })
+      .def("curve_limits",
+           [](const PlanPtr& self) {
+             std::vector<int64_t> limits;
+             for (const auto& p : self->solution().curve) limits.push_back(p.limit);
+             return limits;
+           })
+      .def("curve_times",
+           [](const PlanPtr& self) {
+             std::vector<double> times;
+             for (const auto& p : self->solution().curve) times.push_back(p.time);
+             return times;
+           })
+      .def_pickle([](const PlanPtr& self) { return self->getState(); },
+                  [](Plan::State state) { return Plan::fromState(std::move(state)); });
+  m.def(torch::schema("chain(Tensor[] inputs, Tensor[] lifted_tensors, Any[] lifted_scalars, "
+                      "__torch__.torch.classes.jitckpt.Plan plan) -> Tensor[]",
+                      c10::AliasAnalysisKind::CONSERVATIVE));
+}
+
+TORCH_LIBRARY_IMPL(jitckpt, Autograd, m) { m.impl("chain", chainAutograd); }
+TORCH_LIBRARY_IMPL(jitckpt, CPU, m) { m.impl("chain", chainInference); }
+TORCH_LIBRARY_IMPL(jitckpt, CUDA, m) { m.impl("chain", chainInference); }
+
+}  // namespace jitckpt

@@ -1,0 +1,200 @@
+// StageRunner (see stage_runner.h).
+#include "runtime/stage_runner.h"
+
+#include <ATen/Functions.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+
+#include "runtime/stage_backward.h"
+
+namespace jitckpt {
+namespace {
+
+bool contains(const std::vector<size_t>& list, size_t value) {
+  return std::find(list.begin(), list.end(), value) != list.end();
+}
+
+void accumulateIntoGrad(const at::Tensor& variable, at::Tensor gradient) {
+  at::NoGradGuard no_grad;
+  at::Tensor& grad = variable.mutable_grad();
+  if (!grad.defined()) {
+    grad = gradient.detach();
+  } else {
+    grad += gradient;
+  }
+}
+
+}  // namespace
+
+StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArguments arguments,
+                         BufferWrites buffer_writes)
+    : stages_(std::move(stages)),
+      arguments_(std::move(arguments)),
+      buffer_writes_(buffer_writes),
+      ran_(stages_->size() + 1, false),
+      rng_(stages_->size() + 1),
+      scratch_(stages_->size() + 1) {
+  TORCH_CHECK(arguments_.lifted_tensors.size() == stages_->numLiftedTensors() &&
+                  arguments_.lifted_scalars.size() == stages_->numLiftedScalars(),
+              "jitckpt::chain: the plan expects ", stages_->numLiftedTensors(),
+              " lifted tensors and ", stages_->numLiftedScalars(), " lifted scalars but got ",
+              arguments_.lifted_tensors.size(), " and ", arguments_.lifted_scalars.size(),
+              "; the module and its plan do not match (re-run jitckpt.checkpoint on the original "
+              "module)");
+  TORCH_CHECK(arguments_.inputs.size() == stages_->stage(1).num_activation_inputs,
+              "jitckpt::chain: got ", arguments_.inputs.size(),
+              " chain inputs for a plan whose first stage takes ",
+              stages_->stage(1).num_activation_inputs);
+  auto noteDevice = [&](const at::Tensor& t) {
+    if (t.defined() && !t.is_cpu() &&
+        std::find(devices_.begin(), devices_.end(), t.device()) == devices_.end()) {
+      devices_.push_back(t.device());
+    }
+  };
+  for (const auto& t : arguments_.inputs) {
+    input_requires_grad_ = input_requires_grad_ || t.requires_grad();
+    noteDevice(t);
+  }
+  for (const auto& t : arguments_.lifted_tensors) noteDevice(t);
+  // Scratch copies are made up front, so that measurements never see them allocated.
+  if (buffer_writes_ == BufferWrites::Scratch) {
+    for (int l = 1; l <= stages_->size(); ++l) {
+      for (size_t k : stages_->stage(l).mutated_lifted) {
+        if (stages_->lifted()[k].kind == LiftedKind::Scalar) continue;
+        const at::Tensor& live = arguments_.lifted_tensors[stages_->position(k)];
+        if (live.defined()) scratch_[l][k] = live.detach().clone();
+      }
+    }
+  }
+}
+
+c10::IValue StageRunner::liftedValue(int l, size_t k, bool recomputation) {
+  const size_t position = stages_->position(k);
+  if (stages_->lifted()[k].kind == LiftedKind::Scalar) return arguments_.lifted_scalars[position];
+  const at::Tensor& live = arguments_.lifted_tensors[position];
+  // An Optional[Tensor] attribute holding None (conv bias=False) reaches the stage as None.
+  if (!live.defined()) return c10::IValue();
+  if (!contains(stages_->stage(l).mutated_lifted, k)) return live;
+  if (buffer_writes_ == BufferWrites::Scratch) return scratch_[l].at(k);
+  // Buffers are updated once per step: recomputations write to clones.
+  return recomputation ? c10::IValue(live.detach().clone()) : c10::IValue(live);
+}
+
+Tensors StageRunner::run(int l, const Tensors& activations, bool record) {
+  const StageSpec& stage = stages_->stage(l);
+  const bool recomputation = ran_[l];
+  c10::AutoGradMode grad_mode(record);
+  torch::jit::Stack stack;
+  stack.reserve(activations.size() + stage.lifted.size());
+  for (const auto& t : activations) {
+    // The copy is made under the stage's grad mode, so that when recording, the gradient flows
+    // through it to the leaf.
+    stack.emplace_back(stage.writes_activation_input ? t.clone() : t);
+  }
+  for (size_t k : stage.lifted) stack.push_back(liftedValue(l, k, recomputation));
+  // Random ops see the same numbers on recomputation: replay the generator state of the first
+  // run, then put back the state the rest of the step expects.
+  std::optional<RngState> resume;
+  if (stages_->hasRandomOps(l)) {
+    if (!rng_[l]) {
+      rng_[l] = RngState::capture(devices_);
+    } else {
+      resume = RngState::capture(devices_);
+      rng_[l]->restore();
+    }
+  }
+  try {
+    torch::jit::InterpreterState(stages_->code(l)).run(stack);
+  } catch (const std::exception& e) {  // c10::Error, and the interpreter's own errors
+    if (resume) resume->restore();
+    const auto* error = dynamic_cast<const c10::Error*>(&e);
+    TORCH_CHECK(false, "jitckpt: stage ", l, " (", stage.label,
+                ") failed: ", error ? error->what_without_backtrace() : e.what());
+  }
+  if (resume) resume->restore();
+  ran_[l] = true;
+  Tensors outputs;
+  outputs.reserve(stack.size());
+  for (auto& v : stack) {
+    TORCH_INTERNAL_ASSERT(v.isTensor(), "stage ", l, " (", stage.label, ") returned a ",
+                          v.tagKind(), " where the partition promised a tensor");
+    outputs.push_back(std::move(v).toTensor());
+  }
+  return outputs;
+}
+
+Tensors StageRunner::forward(int l, const Tensors& activations) {
+  Tensors detached;
+  detached.reserve(activations.size());
+  for (const auto& t : activations) detached.push_back(t.detach());
+  return run(l, detached, /*record=*/false);
+}
+
+RecordedStage StageRunner::recordedForward(int l, const Tensors& activations) {
+  RecordedStage recorded;
+  const bool gradient_flows = l > 1 || input_requires_grad_;
+  for (const auto& t : activations) {
+    recorded.leaves.push_back(t.detach().requires_grad_(gradient_flows && t.is_floating_point()));
+  }
+  recorded.outputs = run(l, recorded.leaves, /*record=*/true);
+  return recorded;
+}
+
+Tensors StageRunner::gradientTargets(int l) const {
+  Tensors out;
+  for (size_t k : stages_->stage(l).lifted) {
+    if (stages_->lifted()[k].kind == LiftedKind::Scalar) continue;
+    const at::Tensor& t = arguments_.lifted_tensors[stages_->position(k)];
+    if (t.defined() && t.requires_grad()) out.push_back(t);
+  }
+  return out;
+}
+
+StageGradients StageRunner::backward(int l, RecordedStage recorded, const Tensors& output_grads) {
+  TORCH_INTERNAL_ASSERT(output_grads.size() == recorded.outputs.size());
+  Tensors roots, root_grads;
+  for (size_t i = 0; i < recorded.outputs.size(); ++i) {
+    if (recorded.outputs[i].requires_grad() && output_grads[i].defined()) {
+      roots.push_back(recorded.outputs[i]);
+      root_grads.push_back(output_grads[i]);
+    }
+  }
+  recorded.outputs.clear();  // the roots keep the graph alive, no longer
+  // What the gradient is taken with respect to: the leaves that require grad, then the lifted
+  // tensors of this stage that do; `targets` says where each result goes.
+  Tensors wrt;
+  std::vector<std::pair<bool, size_t>> targets;  // (is input, index)
+  for (size_t i = 0; i < recorded.leaves.size(); ++i) {
+    if (!recorded.leaves[i].requires_grad()) continue;
+    wrt.push_back(recorded.leaves[i]);
+    targets.emplace_back(true, i);
+  }
+  const size_t num_input_leaves = wrt.size();
+  for (size_t k : stages_->stage(l).lifted) {
+    if (stages_->lifted()[k].kind == LiftedKind::Scalar) continue;
+    const size_t position = stages_->position(k);
+    if (!arguments_.lifted_tensors[position].requires_grad()) continue;
+    wrt.push_back(arguments_.lifted_tensors[position]);
+    targets.emplace_back(false, position);
+  }
+  StageGradients gradients;
+  gradients.inputs.resize(recorded.leaves.size());
+  Tensors computed = stageBackward(roots, root_grads, wrt, num_input_leaves);
+  roots.clear();
+  for (size_t i = 0; i < computed.size(); ++i) {
+    if (!computed[i].defined()) continue;
+    const auto [is_input, index] = targets[i];
+    if (is_input) {
+      gradients.inputs[index] = std::move(computed[i]);
+    } else if (arguments_.lifted_tensors[index].is_leaf()) {
+      // Only when stageBackward had to return them all at once (see stage_backward.h).
+      accumulateIntoGrad(arguments_.lifted_tensors[index], std::move(computed[i]));
+    } else {
+      gradients.lifted.emplace_back(index, std::move(computed[i]));
+    }
+  }
+  return gradients;
+}
+
+}  // namespace jitckpt

@@ -1,0 +1,98 @@
+// StageRunner: runs the stages of one chain call, the one way both the schedule executor and the
+// profiler run them, so that what is measured is what runs. Takes the chain's stages and the
+// values of one call (ChainArguments); runs a stage forward without recording (F∅, Fck), forward
+// recording its autograd graph on detached leaf inputs (Fall), or backward from a recorded run (B).
+//
+// Exactness, for bit-identical results to running the stage graphs once, eagerly:
+//  - a stage that writes its activation input in place runs on a copy, so a stored checkpoint
+//    (or the recorded graph of the stage before) is never corrupted;
+//  - buffers a stage updates in place (BatchNorm running statistics, num_batches_tracked) are
+//    updated by its first run only (BufferWrites::FirstRunUpdates: recomputations write to
+//    clones), or never (BufferWrites::Scratch: every run writes to copies made once, for
+//    profiling);
+//  - a stage with random ops (dropout) replays on later runs the generator state its first run
+//    saw, and leaves the generators as it found them.
+// Errors name the stage.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "runtime/rng_state.h"
+#include "runtime/stages.h"
+
+namespace jitckpt {
+
+using Tensors = std::vector<at::Tensor>;
+
+// What the chain op receives: the boundary-0 tensors and the lifted values, split by kind
+// (ChainStages::position indexes into lifted_tensors or lifted_scalars).
+struct ChainArguments {
+  Tensors inputs;
+  Tensors lifted_tensors;  // undefined for an Optional[Tensor] attribute that is None
+  std::vector<c10::IValue> lifted_scalars;
+};
+
+// abar^l: the detached inputs of a recorded run (leaves, requiring grad where a gradient flows)
+// and its outputs with their autograd graph.
+struct RecordedStage {
+  Tensors leaves;
+  Tensors outputs;
+};
+
+struct StageGradients {
+  Tensors inputs;  // one per stage input, undefined where none (delta^{l-1})
+  // Gradients of lifted tensors that are not leaves (computed before the chain), by position in
+  // ChainArguments::lifted_tensors: they flow back through the op. Leaves' (parameters') go into
+  // their .grad as they are made, as AccumulateGrad does.
+  std::vector<std::pair<size_t, at::Tensor>> lifted;
+};
+
+class StageRunner {
+ public:
+  enum class BufferWrites { FirstRunUpdates, Scratch };
+
+  // Throws (TORCH_CHECK) when the arguments do not match the stages (counts of inputs, lifted
+  // tensors and scalars).
+  StageRunner(std::shared_ptr<const ChainStages> stages, ChainArguments arguments,
+              BufferWrites buffer_writes);
+
+  int numStages() const { return stages_->size(); }
+  const ChainStages& stages() const { return *stages_; }
+  const ChainArguments& arguments() const { return arguments_; }
+  bool inputRequiresGrad() const { return input_requires_grad_; }
+  const std::vector<c10::Device>& devices() const { return devices_; }  // non-CPU, in use
+
+  // F∅/Fck(l): outputs without an autograd graph.
+  Tensors forward(int l, const Tensors& activations);
+  // Fall(l): the stage on detached leaf copies of its inputs, recording its autograd graph. The
+  // leaves require grad when floating point and a gradient flows there (l > 1, or the chain
+  // input requires grad).
+  RecordedStage recordedForward(int l, const Tensors& activations);
+  // B(l): consumes a recorded run and the gradients of its outputs (undefined: none).
+  StageGradients backward(int l, RecordedStage recorded, const Tensors& output_grads);
+
+  // The lifted tensors of stage l that get gradients (parameters, and tensors computed before
+  // the chain that require grad).
+  Tensors gradientTargets(int l) const;
+
+ private:
+  Tensors run(int l, const Tensors& activations, bool record);
+  c10::IValue liftedValue(int l, size_t k, bool recomputation);
+
+  std::shared_ptr<const ChainStages> stages_;
+  ChainArguments arguments_;
+  BufferWrites buffer_writes_;
+  bool input_requires_grad_ = false;
+  std::vector<c10::Device> devices_;
+  std::vector<bool> ran_;                      // per stage: run before in this runner
+  std::vector<std::optional<RngState>> rng_;   // per stage with random ops: its first state
+  std::vector<std::map<size_t, at::Tensor>> scratch_;  // BufferWrites::Scratch copies
+};
+
+}  // namespace jitckpt

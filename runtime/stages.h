@@ -1,0 +1,68 @@
+// The stages of a chain as the runtime runs them. Takes the stage graphs and metadata that the
+// partition pass found; holds them immutable, with the values lifted out of the model
+// (parameters, buffers, flags) in the order the jitckpt::chain op receives them, and compiles each
+// stage graph once, on first use.
+#pragma once
+
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace jitckpt {
+
+// A value a stage reads that is not an activation: parameters, buffers, and non-tensor values such
+// as the `training` flag (an Optional[Tensor] attribute holding None travels as a scalar). Lifted
+// values are never counted as activation memory.
+enum class LiftedKind { Parameter, Buffer, Scalar };
+std::string toString(LiftedKind kind);
+
+struct LiftedSpec {
+  std::string name;  // attribute path such as "layer1.0.bn1.running_mean", or "training"
+  LiftedKind kind = LiftedKind::Scalar;
+};
+
+struct StageSpec {
+  // Inputs: the activation inputs (boundary tensors) first, then one input per entry of `lifted`.
+  // Outputs: the activations of the next boundary.
+  std::shared_ptr<torch::jit::Graph> graph;
+  size_t num_activation_inputs = 0;
+  std::vector<size_t> lifted;            // graph input num_activation_inputs + k is lifted[k]
+  std::vector<size_t> mutated_lifted;    // lifted values it writes in place (BatchNorm statistics)
+  bool writes_activation_input = false;  // writes an activation input in place
+  std::string label;                     // short description for printing, e.g. "layer1.0"
+};
+
+class ChainStages {
+ public:
+  // Copies the graphs. Throws (TORCH_CHECK) when a stage's graph does not have the inputs its
+  // metadata says, or refers to a lifted value that does not exist.
+  ChainStages(const std::vector<StageSpec>& stages, std::vector<LiftedSpec> lifted);
+
+  int size() const { return static_cast<int>(stages_.size()); }  // L
+  const StageSpec& stage(int l) const { return stages_.at(l - 1); }  // l = 1..L
+  const std::vector<StageSpec>& stages() const { return stages_; }
+  bool hasRandomOps(int l) const { return random_.at(l - 1); }  // dropout and the like
+  const std::vector<LiftedSpec>& lifted() const { return lifted_; }
+  // Where lifted value k arrives: its index among the op's lifted tensors (Parameter, Buffer) or
+  // lifted scalars (Scalar).
+  size_t position(size_t k) const { return position_.at(k); }
+  size_t numLiftedTensors() const { return num_tensors_; }
+  size_t numLiftedScalars() const { return lifted_.size() - num_tensors_; }
+
+  torch::jit::Code& code(int l) const;  // stage l compiled, once per process
+
+ private:
+  std::vector<StageSpec> stages_;
+  std::vector<bool> random_;
+  std::vector<LiftedSpec> lifted_;
+  std::vector<size_t> position_;
+  size_t num_tensors_ = 0;
+  mutable std::mutex codes_mutex_;
+  mutable std::vector<std::unique_ptr<torch::jit::Code>> codes_;
+};
+
+}  // namespace jitckpt

@@ -1,0 +1,42 @@
+// Costs cost model of the paper (section 3, Table 1): per-stage times and sizes, with JSON I/O.
+// Takes nothing from torch. Sizes are bytes (or any integer unit), times any consistent unit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace jitckpt::solver {
+
+// A chain of L stages numbered 1..L, exactly as in the paper. Every vector has L+1 entries and
+// entry l describes stage l. Entry 0 is meaningful only for wa (the chain input a^0) and wd (the
+// gradient delta^0 of the chain input); it is 0 for the others.
+//
+// When the chain stands for a model cut into stages, the caller appends a terminal stage L+1 with
+// every cost 0 except wd[L] = size of the chain output gradient: its Fall/B mark the hand-off to
+// autograd (the forward returns a^L; delta^L arrives from the loss), as F^{L+1}/B^{L+1} do in the
+// paper.
+struct Costs {
+  std::vector<double> uf;       // forward time of stage l
+  std::vector<double> ub;       // backward time of stage l
+  std::vector<int64_t> wa;      // size of a^l (wa[0]: chain input)
+  std::vector<int64_t> wabar;   // size of abar^l: all that B^l needs, a^l included
+  std::vector<int64_t> wd;      // size of delta^l (wd[0]: input gradient)
+  std::vector<int64_t> of;      // forward overhead: peak minus inputs and outputs
+  std::vector<int64_t> ob;      // backward overhead
+
+  int length() const { return static_cast<int>(uf.size()) - 1; }  // L
+};
+
+// Throws std::invalid_argument naming the field and the stage when the chain is not well formed
+// (empty, vectors of different lengths, negative values, wabar < wa).
+void validate(const Costs& chain);
+
+// JSON form: {"uf":[...], "ub":[...], "wa":[...], "wabar":[...], "wd":[...], "of":[...], "ob":[...]}
+// with L+1 entries each (entry 0 as above). Errors name the field and the stage.
+Costs costsFromJson(const std::string& text);
+std::string costsToJson(const Costs& chain);
+Costs readCostsFile(const std::string& path);
+void writeCostsFile(const Costs& chain, const std::string& path);
+
+}  // namespace jitckpt::solver

@@ -1,0 +1,31 @@
+// The memory limit of activations, the one type every layer uses: bytes, a fraction of the
+// unconstrained activation peak (the no-checkpointing schedule's), or unlimited. Parsed from
+// "2GiB", "512MiB", "1.5GB", "1000000" (bytes), "0.5" or "50%" (fraction), "none"; printed back.
+// Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace jitckpt::solver {
+
+struct MemoryLimit {
+  enum class Kind { Bytes, Fraction, Unlimited } kind = Kind::Unlimited;
+  double value = 0;  // bytes, or the fraction
+
+  static MemoryLimit bytes(int64_t b) { return {Kind::Bytes, static_cast<double>(b)}; }
+  static MemoryLimit fraction(double f) { return {Kind::Fraction, f}; }
+  static MemoryLimit unlimited() { return {}; }
+  // Throws std::invalid_argument saying what is accepted.
+  static MemoryLimit parse(const std::string& text);
+
+  // Bytes for a given unconstrained peak; INT64_MAX when unlimited.
+  int64_t resolve(int64_t unconstrained_peak) const;
+  // "2.00 GiB", "50%", "none".
+  std::string toString() const;
+};
+
+// "1.50 GiB", "512.00 MiB", "312 B".
+std::string formatBytes(int64_t bytes);
+
+}  // namespace jitckpt::solver

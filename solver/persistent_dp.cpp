@@ -1,0 +1,364 @@
+// Optimal persistent DP (Theorem 1, Algorithms 1-2). Takes a Costs and the largest limit M;
+// builds C[s,t,m] once (m in slots of ceil(M/S) bytes) and answers any limit <= M by
+// backtracking, recomputing the argmins instead of storing them.
+//
+// Speed (ResNet-1001, L = 339, S = 500, well under a second on one core): the memory axis of a
+// row is contiguous and every relaxation is a branch-free shifted add/min over m that the
+// compiler vectorizes; rows are stored compressed (see Row in the header); cells are filled in
+// blocks of columns so that the rows a block reads stay in cache; and a split s' is relaxed only
+// over the m where it can still win: its value is at least uf[s..s'-1] + min C[s',t] +
+// min C[s,s'-1], and the row being built is non-increasing in m, so everything from the first m
+// where the row is already at or below that bound is skipped (exact, also in float arithmetic).
+#include "solver/persistent_dp.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "solver/baselines.h"
+#include "solver/simulator.h"
+
+namespace jitckpt::solver {
+namespace {
+
+constexpr float kInf = 1e30f;
+constexpr float kFeasible = 1e29f;  // values above this are infeasible (sums of kInf)
+constexpr int kColumnBlock = 16;    // columns t filled together (cache blocking)
+
+// The two candidate values of a cell, written once so that the DP and the backtracking compute
+// bit-identical floats.
+inline float allValue(float stage_time, float sub) { return stage_time + sub; }
+inline float checkpointValue(float forward_time, float right, float left) {
+  return (forward_time + right) + left;
+}
+
+// The hot loops: out[m] = min(out[m], candidate(m)) for m in [lo, hi], where an operand is either
+// an array read at m - offset or a constant (the constant tail of a compressed row).
+#define JITCKPT_CLONES __attribute__((target_clones("avx2", "default")))
+
+JITCKPT_CLONES void relaxArrays(float* __restrict out, const float* __restrict right,
+                                int right_offset, const float* __restrict left, int left_offset,
+                                float c, int lo, int hi) {
+  for (int m = lo; m <= hi; ++m) {
+    const float v = checkpointValue(c, right[m - right_offset], left[m - left_offset]);
+    out[m] = v < out[m] ? v : out[m];
+  }
+}
+
+JITCKPT_CLONES void relaxRightArray(float* __restrict out, const float* __restrict right,
+                                    int right_offset, float left, float c, int lo, int hi) {
+  for (int m = lo; m <= hi; ++m) {
+    const float v = checkpointValue(c, right[m - right_offset], left);
+    out[m] = v < out[m] ? v : out[m];
+  }
+}
+
+JITCKPT_CLONES void relaxLeftArray(float* __restrict out, float right, const float* __restrict left,
+                                   int left_offset, float c, int lo, int hi) {
+  for (int m = lo; m <= hi; ++m) {
+    const float v = checkpointValue(c, right, left[m - left_offset]);
+    out[m] = v < out[m] ? v : out[m];
+  }
+}
+
+JITCKPT_CLONES void relaxAllArray(float* __restrict out, const float* __restrict sub,
+                                  int sub_offset, float c, int lo, int hi) {
+  for (int m = lo; m <= hi; ++m) {
+    const float v = allValue(c, sub[m - sub_offset]);
+    out[m] = v < out[m] ? v : out[m];
+  }
+}
+
+void relaxConstant(float* out, float v, int lo, int hi) {
+  for (int m = lo; m <= hi; ++m) out[m] = v < out[m] ? v : out[m];
+}
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+PersistentSolver::PersistentSolver(const Costs& chain, int64_t max_limit, int slots,
+                                   bool revolve_only)
+    : chain_(chain), revolve_only_(revolve_only) {
+  validate(chain_);
+  if (slots < 1) throw std::invalid_argument("the number of memory slots must be at least 1");
+  if (max_limit < 1) throw std::invalid_argument("the memory limit must be at least 1 byte");
+  L_ = chain_.length();
+  max_limit_ = max_limit;
+  slot_ = std::max<int64_t>(1, ceilDiv(max_limit, slots));
+  S_ = static_cast<int>(max_limit / slot_);
+  build();
+}
+
+// Paper: m_all(s,t) = max(wd[t] + wabar[s] + of[s], wd[s] + wabar[s] + ob[s]). Departure: B(s)
+// also holds the delta^{s-1} it produces (simulator rule), hence + wd[s-1].
+int PersistentSolver::ememSlots(int s, int t) const {
+  const int64_t forward = wd_[t] + wabar_[s] + of_[s];
+  const int64_t backward = wd_[s] + wabar_[s] + wd_[s - 1] + ob_[s];
+  return static_cast<int>(std::min<int64_t>(std::max(forward, backward), S_ + 1));
+}
+
+float PersistentSolver::value(int s, int t, int m) const {
+  const Row& r = rows_[rowIndex(s, t)];
+  if (m < r.first) return kInf;
+  if (m >= r.end) return r.min;
+  return r.data[m - r.first];
+}
+
+void PersistentSolver::build() {
+  // Sizes in slots, rounded up; anything above the table is capped at S_ + 1 (never fits).
+  auto toSlots = [&](const std::vector<int64_t>& bytes) {
+    std::vector<int64_t> slots(bytes.size());
+    for (size_t i = 0; i < bytes.size(); ++i)
+      slots[i] = std::min<int64_t>(ceilDiv(bytes[i], slot_), S_ + 1);
+    return slots;
+  };
+  wa_ = toSlots(chain_.wa);
+  wabar_ = toSlots(chain_.wabar);
+  wd_ = toSlots(chain_.wd);
+  of_ = toSlots(chain_.of);
+  ob_ = toSlots(chain_.ob);
+  prefix_uf_.assign(L_ + 1, 0.0);
+  for (int l = 1; l <= L_; ++l) prefix_uf_[l] = prefix_uf_[l - 1] + chain_.uf[l];
+
+  // m_∅(s,t) = wd[t] + max(wa[s] + of[s], max_{s<j<t} wa[j-1] + wa[j] + of[j]) (paper, as is:
+  // every F(j), s <= j < t, runs at least once while delta^t is held, so it is a lower bound
+  // on any schedule of (s,t) and never excludes a valid one).
+  nomem_.assign(static_cast<size_t>(L_ + 1) * (L_ + 1), 0);
+  for (int s = 1; s <= L_; ++s) {
+    int64_t forward_peak = wa_[s] + of_[s];
+    for (int t = s + 1; t <= L_; ++t) {
+      if (t - 1 > s) forward_peak = std::max(forward_peak, wa_[t - 2] + wa_[t - 1] + of_[t - 1]);
+      nomem_[static_cast<size_t>(s) * (L_ + 1) + t] =
+          static_cast<int>(std::min<int64_t>(wd_[t] + forward_peak, S_ + 1));
+    }
+  }
+
+  rows_.assign(static_cast<size_t>(L_) * (L_ + 1) / 2, Row{});
+  chunks_.clear();
+  chunk_size_ = std::max<size_t>(size_t{1} << 20, static_cast<size_t>(S_) + 1);
+  chunk_used_ = chunk_size_;
+  std::vector<float> out(static_cast<size_t>(S_) + 1);
+  // Cell (s,t) reads (s',t) for s' > s and (s,t') for t' < t. Within a block of columns, s runs
+  // downwards and t upwards, so both are ready; zero-size shifts read the same m, which is fine
+  // because those rows belong to shorter intervals. The rows (s,t') of row s are read once per
+  // block instead of once per column.
+  for (int t0 = 1; t0 <= L_; t0 += kColumnBlock) {
+    const int t1 = std::min(L_, t0 + kColumnBlock - 1);
+    for (int s = t1; s >= 1; --s) {
+      for (int t = std::max(s, t0); t <= t1; ++t) computeRow(s, t, out);
+    }
+  }
+}
+
+void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer) {
+  float* out = buffer.data();
+  std::fill(buffer.begin(), buffer.end(), kInf);
+  const int emem = ememSlots(s, t);
+  const float stage_time = static_cast<float>(chain_.uf[s] + chain_.ub[s]);
+  if (s == t) {  // C[s,s,m] = uf[s] + ub[s] from m_all(s,s) on
+    if (emem <= S_) relaxConstant(out, stage_time, emem, S_);
+  } else {
+    if (!revolve_only_) {  // C_all: Fall(s), solve (s+1, t) beside abar^s, B(s)
+      const Row& sub = rows_[rowIndex(s + 1, t)];
+      const int shift = static_cast<int>(wabar_[s]);
+      const int lo = std::max(emem, shift + sub.first);
+      const int split_at = std::min(S_ + 1, std::max(lo, shift + sub.end));  // sub's constant tail
+      if (lo <= S_) {
+        relaxAllArray(out, sub.data, shift + sub.first, stage_time, lo, split_at - 1);
+        relaxConstant(out, allValue(stage_time, sub.min), split_at, S_);
+      }
+    }
+    // C_ck: Fck(s), F∅(s+1..s'-1), solve (s', t) beside a^{s'-1}, then (s, s'-1).
+    const int nomem = nomemSlots(s, t);
+    for (int split = s + 1; split <= t; ++split) {
+      const Row& right = rows_[rowIndex(split, t)];
+      const Row& left = rows_[rowIndex(s, split - 1)];
+      const int shift = static_cast<int>(wa_[split - 1]);
+      const int lo = std::max({nomem, shift + right.first, left.first});
+      if (lo > S_) continue;
+      const float forward_time = static_cast<float>(prefix_uf_[split - 1] - prefix_uf_[s - 1]);
+      // No m where the row already is at or below this split's best value can improve.
+      const float bound = checkpointValue(forward_time, right.min, left.min);
+      int a = lo, b = S_ + 1;
+      while (a < b) {
+        const int mid = (a + b) / 2;
+        if (out[mid] <= bound)
+          b = mid;
+        else
+          a = mid + 1;
+      }
+      const int hi = a - 1;
+      if (lo > hi) continue;
+      // [lo, hi] in up to three pieces: both rows in their stored middle, one in its tail, both.
+      const int right_tail = std::max(lo, shift + right.end);
+      const int left_tail = std::max(lo, left.end);
+      const int both = std::min({right_tail, left_tail, hi + 1});
+      const float* right_data = right.data;
+      const float* left_data = left.data;
+      relaxArrays(out, right_data, shift + right.first, left_data, left.first, forward_time, lo,
+                  both - 1);
+      if (right_tail < left_tail) {
+        relaxLeftArray(out, right.min, left_data, left.first, forward_time, both,
+                       std::min(hi, left_tail - 1));
+      } else {
+        relaxRightArray(out, right_data, shift + right.first, left.min, forward_time, both,
+                        std::min(hi, right_tail - 1));
+      }
+      relaxConstant(out, checkpointValue(forward_time, right.min, left.min),
+                    std::max(right_tail, left_tail), hi);
+    }
+  }
+  // Compress: first finite m, and the start of the constant tail.
+  Row& row = rows_[rowIndex(s, t)];
+  int first = 0;
+  while (first <= S_ && out[first] >= kFeasible) ++first;
+  row.first = first;
+  row.min = first <= S_ ? out[S_] : kInf;
+  int end = S_ + 1;
+  while (end > first && out[end - 1] == row.min) --end;
+  row.end = end;
+  const size_t width = static_cast<size_t>(end - first);
+  if (chunks_.empty() || chunk_used_ + width > chunk_size_) {
+    chunks_.emplace_back(new float[chunk_size_]);
+    chunk_used_ = 0;
+  }
+  float* stored = chunks_.back().get() + chunk_used_;
+  std::copy(out + first, out + end, stored);
+  chunk_used_ += width;
+  row.data = stored;
+}
+
+void PersistentSolver::backtrack(int s, int t, int m, Schedule& out) const {
+  const float target = value(s, t, m);
+  if (s == t) {
+    out.push_back({OpKind::ForwardAll, s});
+    out.push_back({OpKind::Backward, s});
+    return;
+  }
+  const float stage_time = static_cast<float>(chain_.uf[s] + chain_.ub[s]);
+  if (!revolve_only_) {
+    const int shift = static_cast<int>(wabar_[s]);
+    if (m >= ememSlots(s, t) && m >= shift &&
+        allValue(stage_time, value(s + 1, t, m - shift)) == target) {
+      out.push_back({OpKind::ForwardAll, s});
+      backtrack(s + 1, t, m - shift, out);
+      out.push_back({OpKind::Backward, s});
+      return;
+    }
+  }
+  if (m >= nomemSlots(s, t)) {
+    for (int split = s + 1; split <= t; ++split) {
+      const int shift = static_cast<int>(wa_[split - 1]);
+      if (m < shift) continue;
+      const float forward_time = static_cast<float>(prefix_uf_[split - 1] - prefix_uf_[s - 1]);
+      if (checkpointValue(forward_time, value(split, t, m - shift), value(s, split - 1, m)) !=
+          target)
+        continue;
+      // Algorithm 2 says F∅ up to s'; the forward run ends at s'-1 (its time is uf[s..s'-1]).
+      out.push_back({OpKind::ForwardCheck, s});
+      for (int j = s + 1; j < split; ++j) out.push_back({OpKind::ForwardNone, j});
+      backtrack(split, t, m - shift, out);
+      backtrack(s, split - 1, m, out);
+      return;
+    }
+  }
+  throw std::logic_error("persistent DP backtracking found no matching choice");
+}
+
+int64_t PersistentSolver::minFeasibleLimit() const {
+  const Row& top = rows_[rowIndex(1, L_)];
+  const int64_t m = top.first + wa_[0];
+  return top.first <= S_ && m <= S_ ? m * slot_ : -1;
+}
+
+SolveResult PersistentSolver::solve(int64_t limit) const {
+  SolveResult result;
+  result.limit = limit;
+  if (limit > max_limit_) {
+    throw std::invalid_argument("limit " + std::to_string(limit) +
+                                " is above the table's maximum " + std::to_string(max_limit_) +
+                                ": build the solver for a larger limit");
+  }
+  // The chain input a^0 is held throughout; the DP's memory excludes it (paper: C[1, L, M -
+  // wa[0]]).
+  const int m = static_cast<int>(std::max<int64_t>(limit, 0) / slot_) - static_cast<int>(wa_[0]);
+  if (m < 0 || value(1, L_, m) >= kFeasible) {
+    result.min_feasible_limit = minFeasibleLimit();
+    result.message = "no persistent schedule fits in " + std::to_string(limit) + " bytes";
+    if (result.min_feasible_limit > 0) {
+      result.message +=
+          "; the smallest limit that works is " + std::to_string(result.min_feasible_limit) +
+          " bytes (at this table's resolution of " + std::to_string(slot_) + " bytes per slot)";
+    }
+    return result;
+  }
+  backtrack(1, L_, m, result.schedule);
+  const SimulationResult sim = simulate(chain_, result.schedule);
+  if (!sim.valid || !sim.complete || sim.peak > limit) {
+    throw std::logic_error("persistent DP produced a schedule the simulator rejects: " +
+                           sim.reason);
+  }
+  result.feasible = true;
+  result.time = sim.time;
+  result.peak = sim.peak;
+  return result;
+}
+
+std::vector<CurvePoint> PersistentSolver::curve() const {
+  std::vector<CurvePoint> points;
+  float last = kInf;
+  for (int m = 0; m + wa_[0] <= S_; ++m) {
+    const float v = value(1, L_, m);
+    if (v < kFeasible && v < last) {
+      points.push_back({(m + wa_[0]) * slot_, static_cast<double>(v)});
+      last = v;
+    }
+  }
+  return points;
+}
+
+namespace {
+
+SolveResult solveWithFallback(const Costs& chain, int64_t limit, int slots, bool revolve_only) {
+  PersistentSolver solver(chain, std::max<int64_t>(limit, 1), slots, revolve_only);
+  SolveResult result = solver.solve(std::max<int64_t>(limit, 1));
+  result.limit = limit;
+  if (result.feasible || result.min_feasible_limit > 0) return result;
+  // Find the smallest limit that works in a table that surely contains it: every term of the
+  // no-checkpointing peak (persistent, and revolve-style too) rounds up by at most one slot.
+  const int64_t none_peak = simulate(chain, noCheckpointSchedule(chain)).peak;
+  for (int64_t big = std::max<int64_t>(2 * none_peak, 2 * limit + 1); big > 0; big *= 2) {
+    PersistentSolver wide(chain, big, slots, revolve_only);
+    const int64_t min_limit = wide.minFeasibleLimit();
+    if (min_limit > 0) {
+      result.min_feasible_limit = min_limit;
+      result.message = "no " + std::string(revolve_only ? "revolve-style" : "persistent") +
+                       " schedule fits in " + std::to_string(limit) +
+                       " bytes; the smallest limit that works is about " +
+                       std::to_string(min_limit) + " bytes (within one slot of " +
+                       std::to_string(wide.slotSize()) + " bytes)";
+      return result;
+    }
+    if (big > (int64_t{1} << 60)) break;
+  }
+  result.message = "no schedule fits in " + std::to_string(limit) + " bytes";
+  return result;
+}
+
+}  // namespace
+
+SolveResult solveOptimal(const Costs& chain, int64_t limit, int slots) {
+  return solveWithFallback(chain, limit, slots, false);
+}
+
+SolveResult solveRevolve(const Costs& chain, int64_t limit, int slots) {
+  return solveWithFallback(chain, limit, slots, true);
+}
+
+std::vector<CurvePoint> optimalCurve(const Costs& chain, int slots) {
+  const int64_t unconstrained = simulate(chain, noCheckpointSchedule(chain)).peak;
+  return PersistentSolver(chain, std::max<int64_t>(unconstrained + unconstrained / 4, 1), slots)
+      .curve();
+}
+
+}  // namespace jitckpt::solver

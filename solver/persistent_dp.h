@@ -1,0 +1,99 @@
+// Optimal persistent schedule (paper, Theorem 1 and Algorithms 1-2), memory discretized in S
+// slots. Takes a Costs and the largest limit M of interest; one table answers every limit up to
+// M (the whole time-memory curve from one solve). Takes nothing from torch.
+//
+// Departures from the paper's formulas, so that the DP is exactly optimal under the simulator:
+//  - m_all(s,t) charges B(s) with wd[s] + wabar[s] + wd[s-1] + ob[s]: the gradient delta^{s-1}
+//    that B(s) produces coexists with its inputs (the paper omits wd[s-1]).
+//  - Algorithm 2 lists F∅ up to s'; the forward run of C_ck ends at F∅(s'-1), as its time
+//    (sum of uf[s..s'-1]) says.
+//  - Sizes are rounded up to slots and a limit rounded down, so the real peak of a schedule
+//    is never above the limit it was solved for. With slot size 1 (S = M) the DP is exact.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "solver/costs.h"
+#include "solver/schedule.h"
+
+namespace jitckpt::solver {
+
+struct SolveResult {
+  bool feasible = false;
+  Schedule schedule;
+  double time = 0;    // simulated time of the schedule (equals the DP value)
+  int64_t peak = 0;   // simulated peak with real sizes, <= limit
+  int64_t limit = 0;  // the limit asked for
+  // Smallest limit that works at this slot resolution, or -1 when even the largest limit of the
+  // table does not (then solveOptimal looks further).
+  int64_t min_feasible_limit = -1;
+  std::string message;  // for an infeasible limit: what to do
+};
+
+struct CurvePoint {
+  int64_t limit;  // bytes
+  double time;    // optimal time at that limit
+};
+
+class PersistentSolver {
+ public:
+  // revolve_only: keep only a^l checkpoints, with an Fall right before every B (the paper's
+  // heterogeneous "revolve" baseline).
+  PersistentSolver(const Costs& chain, int64_t max_limit, int slots = 500,
+                   bool revolve_only = false);
+
+  SolveResult solve(int64_t limit) const;
+  // One point per limit (in slot steps) where the optimal time drops.
+  std::vector<CurvePoint> curve() const;
+  int64_t slotSize() const { return slot_; }
+  int64_t maxLimit() const { return max_limit_; }
+  int64_t minFeasibleLimit() const;  // -1 when none up to maxLimit()
+
+ private:
+  // Row (s,t) of the table, compressed: C[s,t,m] is +inf for m < first, data[offset + m - first]
+  // for first <= m < end, and `min` (the value at m = S) from end on. Rows are non-increasing in
+  // m, and most of a row is the infinite prefix or the constant tail, so storing only the middle
+  // keeps the table a few times smaller (the DP is bound by memory traffic, not arithmetic).
+  // `data` points into chunks_, which never move.
+  struct Row {
+    const float* data = nullptr;
+    int first = 0;
+    int end = 0;
+    float min = 0;
+  };
+  // Column-major triangle: column t holds s = 1..t contiguously.
+  static size_t rowIndex(int s, int t) { return static_cast<size_t>(t) * (t - 1) / 2 + (s - 1); }
+  float value(int s, int t, int m) const;
+  int ememSlots(int s, int t) const;
+  int nomemSlots(int s, int t) const { return nomem_[static_cast<size_t>(s) * (L_ + 1) + t]; }
+  void build();
+  void computeRow(int s, int t, std::vector<float>& out);
+  void backtrack(int s, int t, int m, Schedule& out) const;
+
+  Costs chain_;
+  int L_ = 0;
+  int S_ = 0;  // number of slots in the table (m = 0..S_)
+  int64_t slot_ = 1;
+  int64_t max_limit_ = 0;
+  bool revolve_only_ = false;
+  std::vector<int64_t> wa_, wabar_, wd_, of_, ob_;  // in slots, capped at S_ + 1
+  std::vector<double> prefix_uf_;                   // prefix_uf_[l] = uf[1] + ... + uf[l]
+  std::vector<int> nomem_;                          // (s,t) -> m_∅ in slots, (L+1) x (L+1)
+  std::vector<Row> rows_;
+  std::vector<std::unique_ptr<float[]>> chunks_;
+  size_t chunk_size_ = 0, chunk_used_ = 0;
+};
+
+// Convenience: solve at `limit`; when infeasible, find the smallest limit that works (at the
+// slot resolution of a table built up to the no-checkpointing peak).
+SolveResult solveOptimal(const Costs& chain, int64_t limit, int slots = 500);
+SolveResult solveRevolve(const Costs& chain, int64_t limit, int slots = 500);
+
+// The time-memory curve of one table up to 1.25 x the no-checkpointing peak (the range a plan
+// shows its user).
+std::vector<CurvePoint> optimalCurve(const Costs& chain, int slots = 500);
+
+}  // namespace jitckpt::solver

@@ -1,0 +1,37 @@
+// Simulator: replays any op sequence on a Costs under the rules of the paper's Table 1 and
+// returns its validity (first invalid op and why), peak memory and total time. The ground truth
+// every solver is tested against. Takes nothing from torch.
+//
+// Memory state: per stage l whether a^l is held alone, whether abar^l is held (abar^l contains
+// a^l, so holding abar^l absorbs a lone a^l), and which gradients delta^l are held. An op is
+// invalid when its input is missing or when it would produce what is already held (Fck/F∅(l)
+// with a^l or abar^l held, Fall(l) with abar^l held: pure waste; F∅ would otherwise become a
+// "drop a^{l-1}" that Table 1 does not have); Fall(l) over a lone a^l is valid (a^l -> abar^l). The
+// sequence starts with {a^0, delta^L} (delta^L is the loss gradient; for a model chain the terminal
+// stage L makes it zero-size) and is complete when delta^0 is produced. The peak of an op is the
+// memory held before it, plus what it produces, plus its overhead (of for every forward kind, ob
+// for B). B(l) produces delta^{l-1} while delta^l, abar^l and a^{l-1} are still held; the paper's
+// m_all leaves delta^{l-1} out, the simulator counts it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "solver/costs.h"
+#include "solver/schedule.h"
+
+namespace jitckpt::solver {
+
+struct SimulationResult {
+  bool valid = false;
+  bool complete = false;      // delta^0 produced
+  int first_invalid_op = -1;  // index into the schedule, -1 when valid
+  std::string reason;         // why that op is invalid
+  int64_t peak = 0;           // max over ops of held + produced + overhead
+  double time = 0;            // sum of op durations
+  int recomputations = 0;     // forward ops beyond one per stage
+};
+
+SimulationResult simulate(const Costs& chain, const Schedule& schedule);
+
+}  // namespace jitckpt::solver

@@ -1,0 +1,136 @@
+// Strategy selection (see strategy.h).
+#include "solver/strategy.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "solver/baselines.h"
+#include "solver/memory_limit.h"
+#include "solver/persistent_dp.h"
+#include "solver/simulator.h"
+
+namespace jitckpt::solver {
+namespace {
+
+// Keeps the fastest valid candidate that fits, and the smallest peak of any candidate.
+class Candidates {
+ public:
+  Candidates(const Costs& chain, int64_t limit) : chain_(chain), limit_(limit) {}
+
+  void consider(const Schedule& schedule, const std::string& origin, int segments = 0) {
+    const SimulationResult sim = simulate(chain_, schedule);
+    if (!sim.valid || !sim.complete) return;
+    noteSmallest(sim.peak);
+    if (sim.peak > limit_ || (best_.feasible && sim.time >= best_.time)) return;
+    best_.feasible = true;
+    best_.schedule = schedule;
+    best_.time = sim.time;
+    best_.peak = sim.peak;
+    best_.origin = origin;
+    best_.segments = segments;
+  }
+  // Infeasible: the DP's smallest limit (at its resolution) is a limit that works.
+  void consider(const SolveResult& solved, const std::string& origin) {
+    if (solved.feasible) consider(solved.schedule, origin);
+    if (!solved.feasible && solved.min_feasible_limit > 0) noteSmallest(solved.min_feasible_limit);
+  }
+  Selection take() {
+    if (!best_.feasible) best_.min_feasible_limit = smallest_;
+    return std::move(best_);
+  }
+
+ private:
+  void noteSmallest(int64_t peak) { smallest_ = smallest_ < 0 ? peak : std::min(smallest_, peak); }
+  const Costs& chain_;
+  int64_t limit_;
+  int64_t smallest_ = -1;
+  Selection best_;
+};
+
+std::string describe(Strategy strategy) {
+  return strategy == Strategy::Optimal  ? "checkpointing"
+         : strategy == Strategy::None   ? "no-checkpointing"
+         : strategy == Strategy::Revolve ? "revolve-style"
+                                         : "periodic";
+}
+
+std::string infeasibleMessage(const Costs& chain, int64_t limit, Strategy strategy,
+                              const Selection& selection, const SelectOptions& options) {
+  const int64_t unconstrained = simulate(chain, noCheckpointSchedule(chain)).peak;
+  std::string text = "no " + describe(strategy) + " schedule";
+  if (strategy == Strategy::Periodic && options.segments > 0)
+    text += " with " + std::to_string(options.segments) + " segments";
+  text += " fits in a memory limit of " + formatBytes(limit) +
+          " for activations (the unconstrained peak is " + formatBytes(unconstrained) + ")";
+  if (selection.min_feasible_limit > 0) {
+    text += "; the smallest limit that works is " + formatBytes(selection.min_feasible_limit) +
+            " (" + std::to_string(selection.min_feasible_limit) + " bytes)";
+  }
+  return text + ". Raise the limit, or use a smaller batch or input";
+}
+
+}  // namespace
+
+Strategy parseStrategy(const std::string& name) {
+  if (name == "optimal") return Strategy::Optimal;
+  if (name == "periodic") return Strategy::Periodic;
+  if (name == "revolve") return Strategy::Revolve;
+  if (name == "none") return Strategy::None;
+  throw std::invalid_argument("unknown strategy '" + name +
+                              "': use optimal, periodic, revolve or none");
+}
+
+std::string toString(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::Optimal:
+      return "optimal";
+    case Strategy::Periodic:
+      return "periodic";
+    case Strategy::Revolve:
+      return "revolve";
+    case Strategy::None:
+      return "none";
+  }
+  return "?";
+}
+
+Selection selectSchedule(const Costs& chain, int64_t limit, Strategy strategy,
+                         const SelectOptions& options) {
+  Candidates candidates(chain, limit);
+  const int segmented = options.segmented_stages < 0 ? chain.length() : options.segmented_stages;
+  auto considerPeriodic = [&](int first, int last) {
+    if (last > segmented)
+      throw std::invalid_argument("periodic: " + std::to_string(last) + " segments for a chain of " +
+                                  std::to_string(segmented) + " stages");
+    for (int k = first; k <= last; ++k) {
+      candidates.consider(periodicSchedule(chain, k, segmented),
+                          "periodic (" + std::to_string(k) + " segments)", k);
+    }
+  };
+  switch (strategy) {
+    case Strategy::Optimal:
+      candidates.consider(solveOptimal(chain, limit, options.slots), "persistent DP");
+      candidates.consider(solveRevolve(chain, limit, options.slots), "revolve-style");
+      considerPeriodic(1, segmented);
+      candidates.consider(noCheckpointSchedule(chain), "no checkpointing");
+      break;
+    case Strategy::Periodic:
+      if (options.segments > 0)
+        considerPeriodic(options.segments, options.segments);
+      else
+        considerPeriodic(1, segmented);
+      break;
+    case Strategy::Revolve:
+      candidates.consider(solveRevolve(chain, limit, options.slots), "revolve-style");
+      break;
+    case Strategy::None:
+      candidates.consider(noCheckpointSchedule(chain), "no checkpointing");
+      break;
+  }
+  Selection selection = candidates.take();
+  if (!selection.feasible)
+    selection.message = infeasibleMessage(chain, limit, strategy, selection, options);
+  return selection;
+}
+
+}  // namespace jitckpt::solver

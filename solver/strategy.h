@@ -1,0 +1,48 @@
+// Strategy selection, the one place that turns costs and a limit into the schedule a plan runs.
+// Takes a chain's costs, a limit in bytes and a strategy; returns the fastest schedule of that
+// strategy whose peak, replayed by the simulator with exact sizes, fits the limit, or why none
+// does and the smallest limit that works. Torch-free.
+//   optimal   the fastest of the persistent DP's (slots of limit/S, as in the paper), the
+//             revolve-style, every periodic segment count and no checkpointing: the DP rounds
+//             sizes up to slots, so near the smallest feasible limit a baseline can fit where it
+//             finds nothing, or run faster; "optimal" is never worse than a baseline.
+//   periodic  checkpoint_sequential with `segments` segments, or the fastest count that fits.
+//   revolve   the revolve-style DP (only a^l checkpoints, an Fall before every B).
+//   none      no checkpointing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "solver/costs.h"
+#include "solver/schedule.h"
+
+namespace jitckpt::solver {
+
+enum class Strategy { Optimal, Periodic, Revolve, None };
+// "optimal", "periodic", "revolve", "none"; throws std::invalid_argument otherwise.
+Strategy parseStrategy(const std::string& name);
+std::string toString(Strategy strategy);
+
+struct SelectOptions {
+  int slots = 500;            // memory slots of the DP
+  int segments = 0;           // periodic: segment count; 0 picks the fastest that fits
+  int segmented_stages = -1;  // stages periodic schedules segment (see periodicSchedule)
+};
+
+struct Selection {
+  bool feasible = false;
+  Schedule schedule;
+  int64_t peak = 0;  // simulated, <= the limit
+  double time = 0;   // simulated
+  // "persistent DP", "revolve-style", "periodic (k segments)", "no checkpointing".
+  std::string origin;
+  int segments = 0;                 // periodic schedules: the segment count
+  int64_t min_feasible_limit = -1;  // infeasible: the smallest limit a candidate needs (-1: none)
+  std::string message;              // infeasible: what was asked, what works, what to do
+};
+
+Selection selectSchedule(const Costs& chain, int64_t limit, Strategy strategy,
+                         const SelectOptions& options = {});
+
+}  // namespace jitckpt::solver

@@ -1,0 +1,126 @@
+// Built-in and random chains.
+#include "solver/testing/builtin_chains.h"
+
+#include <algorithm>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+namespace jitckpt::solver {
+namespace {
+
+struct Builder {
+  Costs chain;
+  explicit Builder(int64_t input_bytes) {
+    chain.uf = {0};
+    chain.ub = {0};
+    chain.wa = {input_bytes};
+    chain.wabar = {0};
+    chain.wd = {input_bytes};
+    chain.of = {0};
+    chain.ob = {0};
+  }
+  void add(double gmacs, int64_t out, int64_t intermediates, int64_t workspace) {
+    chain.uf.push_back(gmacs);
+    chain.ub.push_back(2 * gmacs);
+    chain.wa.push_back(out);
+    chain.wabar.push_back(out + intermediates);
+    chain.wd.push_back(out);
+    chain.of.push_back(workspace);
+    chain.ob.push_back(2 * workspace);
+  }
+};
+
+constexpr int64_t kFloat = 4;
+
+Costs resnetShaped(const int layers[4]) {
+  const int64_t image = 224;
+  Builder b(3 * image * image * kFloat);
+  const int64_t stem = 112 * 112;
+  b.add(3.0 * 64 * 49 * stem / 1e9, 64 * stem * kFloat, 0, 0);                  // conv1 7x7/2
+  b.add(64.0 * stem * 2 / 1e9, 64 * stem * kFloat, 0, 0);                       // bn1
+  b.add(64.0 * stem / 1e9, 64 * stem * kFloat, 0, 0);                           // relu
+  b.add(64.0 * 9 * 56 * 56 / 1e9, 64 * 56 * 56 * kFloat, 64 * 56 * 56 * kFloat / 8, 0);  // maxpool (+indices)
+  int64_t channels = 64, side = 56;
+  for (int layer = 0; layer < 4; ++layer) {
+    const int64_t planes = 64 << layer;
+    for (int block = 0; block < layers[layer]; ++block) {
+      const int64_t in_side = side;
+      if (block == 0 && layer > 0) side /= 2;
+      const int64_t hw = side * side;
+      const double macs = static_cast<double>(channels) * planes * in_side * in_side +  // 1x1 reduce
+                          9.0 * planes * planes * hw + 4.0 * planes * planes * hw +     // 3x3, 1x1 expand
+                          (block == 0 ? 4.0 * planes * channels * hw : 0.0);           // projection
+      const int64_t out = 4 * planes * hw * kFloat;
+      // conv1/bn1/relu at the input resolution, conv2/bn2/relu, conv3/bn3 (+ projection) outputs.
+      const int64_t intermediates = (3 * planes * in_side * in_side + 3 * planes * hw + 2 * 4 * planes * hw +
+                                     (block == 0 ? 2 * 4 * planes * hw : 0)) * kFloat;
+      b.add(macs / 1e9, out, intermediates, planes * hw * kFloat);
+      channels = 4 * planes;
+    }
+  }
+  b.add(static_cast<double>(channels) * side * side / 1e9, channels * kFloat, 0, 0);  // avgpool
+  b.add(static_cast<double>(channels) * 1000 / 1e9, 1000 * kFloat, 0, 0);             // fc
+  return b.chain;
+}
+
+}  // namespace
+
+Costs resnet1001Costs() {
+  const int layers[4] = {33, 99, 168, 33};
+  return resnetShaped(layers);
+}
+
+Costs resnetLikeCosts(int blocks) {
+  if (blocks < 4) throw std::invalid_argument("resnet-like chain needs at least 4 blocks (L >= 10)");
+  const double share[4] = {33 / 333.0, 99 / 333.0, 168 / 333.0, 33 / 333.0};
+  int layers[4];
+  int used = 0;
+  for (int i = 0; i < 3; ++i) {
+    layers[i] = std::max(1, static_cast<int>(blocks * share[i] + 0.5));
+    used += layers[i];
+  }
+  layers[3] = std::max(1, blocks - used);
+  return resnetShaped(layers);
+}
+
+Costs builtinCosts(const std::string& name) {
+  if (name == "resnet1001") return resnet1001Costs();
+  const std::string prefix = "resnetlike:";
+  if (name.rfind(prefix, 0) == 0) {
+    int length = 0;
+    try {
+      length = std::stoi(name.substr(prefix.size()));
+    } catch (const std::exception&) {
+    }
+    if (length >= 10) return resnetLikeCosts(length - 6);
+  }
+  throw std::invalid_argument("unknown built-in chain '" + name +
+                              "': use resnet1001 or resnetlike:L with L >= 10");
+}
+
+Costs randomCosts(int length, uint64_t seed, int max_size, int max_time) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  Costs c;
+  c.uf = {0};
+  c.ub = {0};
+  c.wa = {uniform(0, max_size)};
+  c.wabar = {0};
+  c.wd = {uniform(0, max_size)};
+  c.of = {0};
+  c.ob = {0};
+  for (int l = 1; l <= length; ++l) {
+    c.uf.push_back(uniform(0, max_time));
+    c.ub.push_back(uniform(0, max_time));
+    const int a = uniform(0, max_size);
+    c.wa.push_back(a);
+    c.wabar.push_back(a + uniform(0, max_size));
+    c.wd.push_back(uniform(0, max_size));
+    c.of.push_back(uniform(0, 2));
+    c.ob.push_back(uniform(0, 2));
+  }
+  return c;
+}
+
+}  // namespace jitckpt::solver

@@ -1,0 +1,73 @@
+// Profiler on the scripted fixture models (test/fixtures/make_models.py): a small ResNet with
+// BatchNorm and in-place relu_/add_, and torchvision's resnet18. The measured no-checkpointing
+// peak must be the simulator's from the same costs; memory values repeat exactly; buffers stay.
+#include <gtest/gtest.h>
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <string>
+
+#include "passes/partition_module.h"
+#include "passes/profile.h"
+#include "solver/costs.h"
+#include "test/fixtures/fixture_path.h"
+
+namespace jitckpt {
+namespace {
+
+using test::fixture;
+
+ProfileOptions quiet() {
+  ProfileOptions options;
+  options.repeats = 1;
+  options.progress = [](int, int) {};
+  return options;
+}
+
+// The largest amount by which the single `of` of the model overestimates a recording forward.
+int64_t forwardSlack(const ChainProfile& p) {
+  int64_t slack = 0;
+  for (const StageProfile& s : p.stages) {
+    slack = std::max(slack, s.forward_overhead_no_grad - s.forward_overhead_grad);
+  }
+  return slack;
+}
+
+void checkModel(const std::string& name, const torch::Tensor& x, size_t min_stages) {
+  const std::string path = fixture(name);
+  if (path.empty()) GTEST_SKIP() << name << ".pt not built (test/fixtures/make_models.py)";
+  torch::jit::Module m = torch::jit::load(path);
+  m.train();
+  Partition partition = partitionModule(m);
+  ASSERT_GE(partition.stages.size(), min_stages);
+  std::vector<torch::Tensor> buffers;
+  for (const auto& b : m.named_buffers()) buffers.push_back(b.value.clone());
+
+  const ChainProfile first = profileChain(m, partition, {x}, quiet());
+  const ChainProfile second = profileChain(m, partition, {x}, quiet());
+  EXPECT_NO_THROW(solver::validate(first.costs));
+  EXPECT_EQ(first.costs.length(), static_cast<int>(partition.stages.size()) + 1);
+  EXPECT_EQ(first.costs.wa[0], x.numel() * x.element_size());
+  for (int l = 1; l < first.costs.length(); ++l) {
+    EXPECT_GT(first.costs.wa[l], 0) << l;
+    EXPECT_GT(first.costs.uf[l], 0) << l;
+  }
+  EXPECT_EQ(first.costs.wa, second.costs.wa);
+  EXPECT_EQ(first.costs.wabar, second.costs.wabar);
+  EXPECT_EQ(first.costs.wd, second.costs.wd);
+  EXPECT_EQ(first.costs.of, second.costs.of);
+  EXPECT_EQ(first.costs.ob, second.costs.ob);
+  EXPECT_LE(first.measured_unconstrained_peak, first.unconstrained_peak);
+  EXPECT_GE(first.measured_unconstrained_peak, first.unconstrained_peak - forwardSlack(first));
+
+  size_t i = 0;
+  for (const auto& b : m.named_buffers())
+    EXPECT_TRUE(torch::equal(b.value, buffers[i++])) << b.name;
+}
+
+TEST(ProfileModels, TinyResNet) { checkModel("tiny_resnet", torch::randn({4, 3, 32, 32}), 3); }
+
+TEST(ProfileModels, ResNet18) { checkModel("resnet18", torch::randn({2, 3, 32, 32}), 8); }
+
+}  // namespace
+}  // namespace jitckpt

@@ -1,0 +1,78 @@
+// Costs files: round trip and every kind of bad file.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "solver/testing/builtin_chains.h"
+#include "solver/costs.h"
+#include "solver/memory_limit.h"
+
+using namespace jitckpt::solver;
+
+namespace {
+void expectError(const std::string& json, const std::string& words) {
+  try {
+    costsFromJson(json);
+    ADD_FAILURE() << "accepted " << json;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+const char* kGood =
+    R"({"uf":[0,1,2],"ub":[0,2,4],"wa":[5,6,7],"wabar":[0,8,9],"wd":[5,6,7],"of":[0,1,1],"ob":[0,1,1]})";
+}  // namespace
+
+TEST(ChainFile, RoundTrip) {
+  const Costs chain = resnet1001Costs();
+  EXPECT_EQ(chain.length(), 339);
+  const std::string path = testing::TempDir() + "/chain.json";
+  writeCostsFile(chain, path);
+  const Costs back = readCostsFile(path);
+  EXPECT_EQ(back.uf, chain.uf);
+  EXPECT_EQ(back.wa, chain.wa);
+  EXPECT_EQ(back.wabar, chain.wabar);
+  EXPECT_EQ(back.ob, chain.ob);
+  EXPECT_EQ(costsFromJson(kGood).length(), 2);
+}
+
+TEST(ChainFile, BadFilesNameFieldAndStage) {
+  expectError(R"({"uf":[0],"ub":[0],"wa":[1],"wabar":[0],"wd":[1],"of":[0],"ob":[0]})", "empty");
+  expectError(R"({"uf":[0,1],"ub":[0,1],"wa":[1,2],"wabar":[0,2],"wd":[1,2],"of":[0,0]})", "'ob'");
+  expectError(
+      R"({"uf":[0,1],"ub":[0,1],"wa":[1,-2],"wabar":[0,2],"wd":[1,2],"of":[0,0],"ob":[0,0]})",
+      "'wa' at stage 1");
+  expectError(
+      R"({"uf":[0,1],"ub":[0,1],"wa":[1,"x"],"wabar":[0,2],"wd":[1,2],"of":[0,0],"ob":[0,0]})",
+      "'wa' at stage 1");
+  expectError(
+      R"({"uf":[0,1,2],"ub":[0,1],"wa":[1,2,3],"wabar":[0,2,3],"wd":[1,2,3],"of":[0,0,0],"ob":[0,0,0]})",
+      "'ub' has 2 entries");
+  expectError(
+      R"({"uf":[0,1],"ub":[0,1],"wa":[1,5],"wabar":[0,2],"wd":[1,2],"of":[0,0],"ob":[0,0]})",
+      "'wabar' at stage 1");
+  expectError(
+      R"({"uf":[0,1],"ub":[0,1],"wa":[1,2.5],"wabar":[0,3],"wd":[1,2],"of":[0,0],"ob":[0,0]})",
+      "'wa' at stage 1");
+  expectError(
+      R"({"uf":[0,1],"ub":[0,"slow"],"wa":[1,2],"wabar":[0,3],"wd":[1,2],"of":[0,0],"ob":[0,0]})",
+      "'ub' at stage 1");
+  expectError("[1,2]", "JSON object");
+  expectError("{not json", "not valid JSON");
+  EXPECT_THROW(readCostsFile("/nonexistent/chain.json"), std::invalid_argument);
+}
+
+TEST(MemoryLimit, ParsesBytesFractionsAndErrors) {
+  EXPECT_EQ(MemoryLimit::parse("2GiB").resolve(0), int64_t{2} << 30);
+  EXPECT_EQ(MemoryLimit::parse("512 MiB").resolve(0), int64_t{512} << 20);
+  EXPECT_EQ(MemoryLimit::parse("1.5GB").resolve(0), 1500000000);
+  EXPECT_EQ(MemoryLimit::parse("1000000").resolve(0), 1000000);
+  EXPECT_EQ(MemoryLimit::parse("0.5").resolve(1000), 500);
+  EXPECT_EQ(MemoryLimit::parse("25%").resolve(1000), 250);
+  EXPECT_EQ(MemoryLimit::parse("none").kind, MemoryLimit::Kind::Unlimited);
+  EXPECT_THROW(MemoryLimit::parse("lots"), std::invalid_argument);
+  EXPECT_THROW(MemoryLimit::parse("5 parsecs"), std::invalid_argument);
+  EXPECT_THROW(MemoryLimit::parse("-1GiB"), std::invalid_argument);
+  EXPECT_THROW(MemoryLimit::parse("150%"), std::invalid_argument);
+  EXPECT_EQ(formatBytes(1536), "1.50 KiB");
+}

@@ -1,0 +1,117 @@
+// selectSchedule (optimal) against the simulator, the baselines and the DP alone, on random chains at a coarse
+// slot resolution (where the DP's rounding shows).
+#include <gtest/gtest.h>
+
+#include "solver/baselines.h"
+#include "solver/persistent_dp.h"
+#include "solver/strategy.h"
+#include "solver/testing/builtin_chains.h"
+#include "solver/simulator.h"
+
+using namespace jitckpt::solver;
+
+namespace {
+
+constexpr int kCoarseSlots = 20;
+
+struct Candidate {
+  Schedule schedule;
+  std::string name;
+};
+
+std::vector<Candidate> baselines(const Costs& chain, int64_t limit) {
+  std::vector<Candidate> out;
+  const SolveResult revolve = solveRevolve(chain, limit, kCoarseSlots);
+  if (revolve.feasible) out.push_back({revolve.schedule, "revolve"});
+  for (int k = 1; k <= chain.length(); ++k) {
+    out.push_back({periodicSchedule(chain, k), "periodic " + std::to_string(k)});
+  }
+  out.push_back({noCheckpointSchedule(chain), "none"});
+  return out;
+}
+
+}  // namespace
+
+TEST(BestSchedule, FitsTheLimitAndIsNeverSlowerThanAFittingCandidate) {
+  int dp_alone_infeasible_but_best_feasible = 0, baseline_faster_than_dp = 0, infeasible = 0;
+  for (uint64_t seed = 1; seed <= 80; ++seed) {
+    const Costs chain = randomCosts(3 + static_cast<int>(seed % 8), seed, 50, 20);
+    const int64_t none_peak = simulate(chain, noCheckpointSchedule(chain)).peak;
+    for (int64_t limit = none_peak / 5; limit <= none_peak;
+         limit += std::max<int64_t>(1, none_peak / 40)) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + " limit " + std::to_string(limit));
+      const Selection best = selectSchedule(chain, limit, Strategy::Optimal, {kCoarseSlots});
+      const SolveResult dp = solveOptimal(chain, limit, kCoarseSlots);
+      if (best.feasible) {
+        const SimulationResult sim = simulate(chain, best.schedule);
+        ASSERT_TRUE(sim.valid && sim.complete) << sim.reason;
+        EXPECT_LE(sim.peak, limit);
+        EXPECT_EQ(sim.peak, best.peak);
+        EXPECT_DOUBLE_EQ(sim.time, best.time);
+        EXPECT_FALSE(best.origin.empty());
+      } else {
+        ++infeasible;
+        EXPECT_FALSE(dp.feasible);
+        ASSERT_GT(best.min_feasible_limit, limit);
+        EXPECT_TRUE(selectSchedule(chain, best.min_feasible_limit, Strategy::Optimal, {kCoarseSlots}).feasible)
+            << "the smallest limit reported must work";
+      }
+      if (dp.feasible) {
+        ASSERT_TRUE(best.feasible);
+        EXPECT_LE(best.time, dp.time);
+        if (best.time < dp.time) ++baseline_faster_than_dp;
+      } else if (best.feasible) {
+        ++dp_alone_infeasible_but_best_feasible;
+      }
+      for (const Candidate& c : baselines(chain, limit)) {
+        const SimulationResult sim = simulate(chain, c.schedule);
+        if (!sim.valid || !sim.complete || sim.peak > limit) continue;
+        ASSERT_TRUE(best.feasible) << c.name << " fits";
+        EXPECT_LE(best.time, sim.time) << c.name;
+      }
+    }
+  }
+  // The cases the selection exists for do occur at this resolution, and so do infeasible limits.
+  EXPECT_GT(dp_alone_infeasible_but_best_feasible + baseline_faster_than_dp, 0);
+  EXPECT_GT(infeasible, 0);
+}
+
+TEST(Strategy, PeriodicIsTheFastestFittingSegmentCount) {
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    const Costs chain = randomCosts(4 + static_cast<int>(seed % 6), seed, 50, 20);
+    const int64_t none_peak = simulate(chain, noCheckpointSchedule(chain)).peak;
+    for (int64_t limit = none_peak / 4; limit <= none_peak; limit += none_peak / 8 + 1) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + " limit " + std::to_string(limit));
+      double fastest = -1;
+      for (int k = 1; k <= chain.length(); ++k) {
+        const SimulationResult sim = simulate(chain, periodicSchedule(chain, k));
+        if (sim.peak <= limit && (fastest < 0 || sim.time < fastest)) fastest = sim.time;
+      }
+      const Selection periodic = selectSchedule(chain, limit, Strategy::Periodic);
+      ASSERT_EQ(periodic.feasible, fastest >= 0) << periodic.message;
+      if (periodic.feasible) {
+        EXPECT_DOUBLE_EQ(periodic.time, fastest);
+      } else {
+        EXPECT_NE(periodic.message.find("smallest limit that works"), std::string::npos);
+      }
+    }
+  }
+}
+
+TEST(Strategy, FixedSegmentsAndNoneAreCheckedAgainstTheLimit) {
+  const Costs chain = randomCosts(6, 7, 50, 20);
+  const SimulationResult none = simulate(chain, noCheckpointSchedule(chain));
+  const Selection unlimited = selectSchedule(chain, none.peak, Strategy::None);
+  ASSERT_TRUE(unlimited.feasible);
+  EXPECT_EQ(unlimited.schedule, noCheckpointSchedule(chain));
+  const Selection below = selectSchedule(chain, none.peak - 1, Strategy::None);
+  EXPECT_FALSE(below.feasible);
+  EXPECT_EQ(below.min_feasible_limit, none.peak);
+  const Selection two = selectSchedule(chain, none.peak, Strategy::Periodic, {500, 2});
+  ASSERT_TRUE(two.feasible);
+  EXPECT_EQ(two.schedule, periodicSchedule(chain, 2));
+  EXPECT_THROW(selectSchedule(chain, none.peak, Strategy::Periodic, {500, 7}),
+               std::invalid_argument);
+  EXPECT_EQ(parseStrategy(toString(Strategy::Revolve)), Strategy::Revolve);
+  EXPECT_THROW(parseStrategy("fastest"), std::invalid_argument);
+}
