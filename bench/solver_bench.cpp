@@ -5,9 +5,9 @@
 #include <benchmark/benchmark.h>
 
 #include "solver/baselines.h"
-#include "solver/testing/builtin_chains.h"
 #include "solver/persistent_dp.h"
 #include "solver/simulator.h"
+#include "solver/testing/builtin_chains.h"
 
 using namespace jitckpt::solver;
 

@@ -18,8 +18,8 @@ namespace {
 
 c10::intrusive_ptr<jitckpt::Plan> requirePlan(const torch::jit::Module& module) {
   auto plan = jitckpt::planOf(module);
-  TORCH_CHECK(plan,
-              "this module was not rewritten by jitckpt: call jitckpt.checkpoint(module, ...) first");
+  TORCH_CHECK(
+      plan, "this module was not rewritten by jitckpt: call jitckpt.checkpoint(module, ...) first");
   return plan;
 }
 

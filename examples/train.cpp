@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
     model.train();
     torch::manual_seed(0);
     torch::Tensor example = torch::randn(shape);
-    torch::jit::Module rewritten = jitckpt::checkpoint(model, {example}, jitckpt::MemoryLimit::parse(argv[3]));
+    torch::jit::Module rewritten =
+        jitckpt::checkpoint(model, {example}, jitckpt::MemoryLimit::parse(argv[3]));
     std::cout << jitckpt::planOf(rewritten)->str();
 
     std::vector<torch::Tensor> parameters;

@@ -49,7 +49,8 @@ torch::jit::Module checkpoint(const torch::jit::Module& module,
   PartitionedClone cloned = partitionClone(module, partition_options, /*share_tensors=*/true);
   report("partitioned forward into " + std::to_string(cloned.partition.stages.size()) + " stages");
 
-  const ChainArguments arguments = prologueArguments(cloned.module, cloned.partition, example_inputs);
+  const ChainArguments arguments =
+      prologueArguments(cloned.module, cloned.partition, example_inputs);
   auto stages = chainStagesOf(cloned.partition);
   std::vector<std::vector<int64_t>> shapes;
   for (const auto& t : arguments.inputs) shapes.push_back(t.sizes().vec());

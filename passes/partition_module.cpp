@@ -51,8 +51,8 @@ void bindOptionalTensors(const torch::jit::Module& module, Partition& partition)
     if (l.kind == LiftedKind::Scalar || l.value->type()->kind() == c10::TypeKind::TensorType)
       continue;
     const auto current = attributeValue(module, l.value);
-    TORCH_INTERNAL_ASSERT(current, "cannot find the module attribute behind lifted value '",
-                          l.name, "'");
+    TORCH_INTERNAL_ASSERT(current, "cannot find the module attribute behind lifted value '", l.name,
+                          "'");
     if (current->isNone()) l.kind = LiftedKind::Scalar;
   }
 }

@@ -99,9 +99,9 @@ std::vector<c10::IValue> runEpilogue(const Partition& partition, const std::vect
 PartitionedRun runPartitioned(const Partition& partition, std::vector<c10::IValue> method_inputs) {
   TORCH_CHECK(partition.first_node && partition.last_node,
               "runPartitioned: the partition has no chain region");
-  TORCH_CHECK(method_inputs.size() == partition.graph->inputs().size(),
-              "runPartitioned: expected ", partition.graph->inputs().size(),
-              " method inputs (self first), got ", method_inputs.size());
+  TORCH_CHECK(method_inputs.size() == partition.graph->inputs().size(), "runPartitioned: expected ",
+              partition.graph->inputs().size(), " method inputs (self first), got ",
+              method_inputs.size());
   const std::vector<Value*> carried = carriedValues(partition);
   const std::vector<c10::IValue> carried_values =
       runGraph(prologueGraph(partition, carried), method_inputs);

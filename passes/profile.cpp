@@ -198,8 +198,8 @@ void appendTerminalStage(solver::Costs& c, const Tensors& chain_outputs) {
 ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
                            const ChainArguments& arguments, const ProfileOptions& options) {
   TORCH_CHECK(options.repeats >= 1 && options.warmup >= 0,
-              "profileStages: repeats must be >= 1 and warmup >= 0, got ", options.repeats,
-              " and ", options.warmup);
+              "profileStages: repeats must be >= 1 and warmup >= 0, got ", options.repeats, " and ",
+              options.warmup);
   const c10::Device device = chainDevice(arguments);
   auto probe = probes::makeMemoryProbe(device);  // first: it must see the frees of what follows
   auto stopwatch = probes::makeStopwatch(device);

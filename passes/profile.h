@@ -4,10 +4,11 @@
 // activation peak of the no-checkpointing schedule.
 //
 // Every stage runs through the runtime's StageRunner, exactly as the executor runs it, with
-// buffers written to scratch copies (BufferWrites::Scratch). Memory comes from the device's probe (runtime/probes): the counting CPU allocator (exact bytes
-// of every c10 allocation) or the CUDA caching allocator's allocated bytes. "Live" below means the
-// probe's current bytes; each measurement takes the difference to a baseline read just before the
-// operation, so what the caller holds (parameters, the example inputs) cancels out.
+// buffers written to scratch copies (BufferWrites::Scratch). Memory comes from the device's probe
+// (runtime/probes): the counting CPU allocator (exact bytes of every c10 allocation) or the CUDA
+// caching allocator's allocated bytes. "Live" below means the probe's current bytes; each
+// measurement takes the difference to a baseline read just before the operation, so what the caller
+// holds (parameters, the example inputs) cancels out.
 //
 //   wa[l]    bytes of the distinct storages of stage l's outputs (a^l). wa[0]: the chain inputs.
 //   wabar[l] live bytes after the recording forward (Fall) minus before, with the outputs kept

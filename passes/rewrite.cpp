@@ -19,8 +19,8 @@ Node* insertChainCall(const Partition& partition, const ChainStages& stages) {
   std::vector<Value*> tensors, scalars;
   for (size_t k = 0; k < partition.lifted.size(); ++k) {
     const LiftedInput& l = partition.lifted[k];
-    TORCH_INTERNAL_ASSERT(l.kind == stages.lifted()[k].kind, "rewriteChain: lifted value '",
-                          l.name, "' has another kind in the plan");
+    TORCH_INTERNAL_ASSERT(l.kind == stages.lifted()[k].kind, "rewriteChain: lifted value '", l.name,
+                          "' has another kind in the plan");
     if (l.kind == LiftedKind::Scalar) {
       scalars.push_back(l.value);
     } else if (l.value->type()->kind() == c10::TypeKind::TensorType) {

@@ -39,8 +39,7 @@ struct ChainFunction : public torch::autograd::Function<ChainFunction> {
     TORCH_CHECK(found != ctx->saved_data.end(),
                 "jitckpt::chain: backward ran twice through a checkpointed chain; its saved state "
                 "is freed by the first backward (retain_graph=True is not supported)");
-    auto executor =
-        c10::static_intrusive_pointer_cast<ScheduleExecutor>(found->second.toCapsule());
+    auto executor = c10::static_intrusive_pointer_cast<ScheduleExecutor>(found->second.toCapsule());
     ctx->saved_data.erase(found);
     variable_list grads = executor->runBackward(grad_outputs);
     grads.push_back(at::Tensor());  // lifted_scalars

@@ -93,8 +93,8 @@ Tensors ScheduleExecutor::runForward() {
     execute(schedule[next_op_]);
   }
   TORCH_INTERNAL_ASSERT(next_op_ < schedule.size() && schedule[next_op_].stage == L_ + 1,
-                        "jitckpt executor: the schedule's forward part does not end at B(",
-                        L_ + 1, ")");
+                        "jitckpt executor: the schedule's forward part does not end at B(", L_ + 1,
+                        ")");
   // Autograd gets aliases, not the tensors that carry the recorded graph of the last stage.
   Tensors outputs = detachAll(stageInput(L_ + 1));
   for (const auto& t : outputs) output_meta_.emplace_back(t.sizes().vec(), t.options());
@@ -102,9 +102,9 @@ Tensors ScheduleExecutor::runForward() {
 }
 
 Tensors ScheduleExecutor::runBackward(const Tensors& output_grads) {
-  TORCH_INTERNAL_ASSERT(output_grads.size() == output_meta_.size(), "jitckpt executor: ",
-                        output_grads.size(), " output gradients for ", output_meta_.size(),
-                        " outputs");
+  TORCH_INTERNAL_ASSERT(output_grads.size() == output_meta_.size(),
+                        "jitckpt executor: ", output_grads.size(), " output gradients for ",
+                        output_meta_.size(), " outputs");
   Tensors grads = output_grads;
   for (size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined()) grads[i] = at::zeros(output_meta_[i].first, output_meta_[i].second);

@@ -120,8 +120,7 @@ Plan::State Plan::getState() const {
 c10::intrusive_ptr<Plan> Plan::fromState(State state) {
   const auto& [meta_text, texts, constants] = state;
   auto corrupt = [](const char* what) {
-    TORCH_CHECK(false, "corrupt jitckpt plan in this file (", what,
-                "); re-create it with jitckpt");
+    TORCH_CHECK(false, "corrupt jitckpt plan in this file (", what, "); re-create it with jitckpt");
   };
   try {
     const Json meta = Json::parse(meta_text);

@@ -46,9 +46,10 @@ TORCH_LIBRARY(jitckpt, m) {
            })
       .def_pickle([](const PlanPtr& self) { return self->getState(); },
                   [](Plan::State state) { return Plan::fromState(std::move(state)); });
-  m.def(torch::schema("chain(Tensor[] inputs, Tensor[] lifted_tensors, Any[] lifted_scalars, "
-                      "__torch__.torch.classes.jitckpt.Plan plan) -> Tensor[]",
-                      c10::AliasAnalysisKind::CONSERVATIVE));
+  m.def(
+      torch::schema("chain(Tensor[] inputs, Tensor[] lifted_tensors, Any[] lifted_scalars, "
+                    "__torch__.torch.classes.jitckpt.Plan plan) -> Tensor[]",
+                    c10::AliasAnalysisKind::CONSERVATIVE));
 }
 
 TORCH_LIBRARY_IMPL(jitckpt, Autograd, m) { m.impl("chain", chainAutograd); }

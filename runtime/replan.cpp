@@ -18,12 +18,9 @@ std::string describe(const std::vector<std::vector<int64_t>>& shapes) {
 
 }  // namespace
 
-void installReplanner(std::unique_ptr<Replanner> replanner) {
-  installed() = std::move(replanner);
-}
+void installReplanner(std::unique_ptr<Replanner> replanner) { installed() = std::move(replanner); }
 
-c10::intrusive_ptr<Plan> PlanVariants::find(
-    const std::vector<std::vector<int64_t>>& shapes) const {
+c10::intrusive_ptr<Plan> PlanVariants::find(const std::vector<std::vector<int64_t>>& shapes) const {
   auto found = plans_.find(shapes);
   return found == plans_.end() ? c10::intrusive_ptr<Plan>() : found->second;
 }
@@ -34,7 +31,7 @@ void PlanVariants::add(const std::vector<std::vector<int64_t>>& shapes,
 }
 
 c10::intrusive_ptr<Plan> planForArguments(const c10::intrusive_ptr<Plan>& plan,
-                                                const ChainArguments& arguments) {
+                                          const ChainArguments& arguments) {
   std::vector<std::vector<int64_t>> shapes;
   for (const auto& t : arguments.inputs) shapes.push_back(t.sizes().vec());
   const auto& planned = plan->solution().input_shapes;

@@ -28,7 +28,7 @@ void installReplanner(std::unique_ptr<Replanner> replanner);
 
 // `plan` when the arguments have its input shapes; otherwise its plan for theirs, made once.
 c10::intrusive_ptr<Plan> planForArguments(const c10::intrusive_ptr<Plan>& plan,
-                                                const ChainArguments& arguments);
+                                          const ChainArguments& arguments);
 
 // The plans made from one plan, by input shapes.
 class PlanVariants {

@@ -90,8 +90,8 @@ class StageRunner {
   BufferWrites buffer_writes_;
   bool input_requires_grad_ = false;
   std::vector<c10::Device> devices_;
-  std::vector<bool> ran_;                      // per stage: run before in this runner
-  std::vector<std::optional<RngState>> rng_;   // per stage with random ops: its first state
+  std::vector<bool> ran_;                              // per stage: run before in this runner
+  std::vector<std::optional<RngState>> rng_;           // per stage with random ops: its first state
   std::vector<std::map<size_t, at::Tensor>> scratch_;  // BufferWrites::Scratch copies
 };
 

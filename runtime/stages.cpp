@@ -42,13 +42,12 @@ ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<Lifte
     TORCH_CHECK(stage.graph, "jitckpt: stage ", s + 1, " has no graph");
     stage.graph = stage.graph->copy();
     TORCH_CHECK(stage.graph->inputs().size() == stage.num_activation_inputs + stage.lifted.size(),
-                "jitckpt: stage ", s + 1, " (", stage.label, ") has ",
-                stage.graph->inputs().size(), " graph inputs, expected ",
-                stage.num_activation_inputs, " activations and ", stage.lifted.size(),
-                " lifted values");
+                "jitckpt: stage ", s + 1, " (", stage.label, ") has ", stage.graph->inputs().size(),
+                " graph inputs, expected ", stage.num_activation_inputs, " activations and ",
+                stage.lifted.size(), " lifted values");
     for (size_t k : stage.lifted) {
-      TORCH_CHECK(k < lifted_.size(), "jitckpt: stage ", s + 1, " reads lifted value ", k,
-                  " of ", lifted_.size());
+      TORCH_CHECK(k < lifted_.size(), "jitckpt: stage ", s + 1, " reads lifted value ", k, " of ",
+                  lifted_.size());
     }
     random_.push_back(containsRandomOps(stage.graph->block()));
     stages_.push_back(std::move(stage));

@@ -42,7 +42,7 @@ class ChainStages {
   // metadata says, or refers to a lifted value that does not exist.
   ChainStages(const std::vector<StageSpec>& stages, std::vector<LiftedSpec> lifted);
 
-  int size() const { return static_cast<int>(stages_.size()); }  // L
+  int size() const { return static_cast<int>(stages_.size()); }      // L
   const StageSpec& stage(int l) const { return stages_.at(l - 1); }  // l = 1..L
   const std::vector<StageSpec>& stages() const { return stages_; }
   bool hasRandomOps(int l) const { return random_.at(l - 1); }  // dropout and the like

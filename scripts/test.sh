@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs every test: GoogleTest, lit/FileCheck and pytest
-# through ctest, plus the torch-free solver under AddressSanitizer and UBSan.
+# Installs what is missing, checks the formatting, builds, and runs every test: GoogleTest,
+# lit/FileCheck and pytest through ctest, plus the torch-free solver under AddressSanitizer and
+# UBSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 jobs=$(nproc)
+
+# Every C++ file formatted with the project's .clang-format.
+./scripts/format.sh --check
 
 # The solver library alone: proves it builds and tests without LibTorch, under the sanitizers.
 cmake -S . -B build-sanitize -G Ninja -DJITCKPT_WITH_TORCH=OFF -DJITCKPT_SANITIZE=ON \

@@ -19,11 +19,12 @@ Schedule noCheckpointSchedule(const Costs& chain) {
 Schedule periodicSchedule(const Costs& chain, int segments, int segmented_stages) {
   const int L = chain.length();
   const int n = segmented_stages < 0 ? L : segmented_stages;
-  if (n < 1 || n > L) throw std::invalid_argument("periodic schedule: segmented stages out of range");
+  if (n < 1 || n > L)
+    throw std::invalid_argument("periodic schedule: segmented stages out of range");
   if (segments < 1 || segments > n) {
     throw std::invalid_argument("periodic schedule: " + std::to_string(segments) +
-                                " segments for " + std::to_string(n) +
-                                " stages; use 1 to " + std::to_string(n) + " segments");
+                                " segments for " + std::to_string(n) + " stages; use 1 to " +
+                                std::to_string(n) + " segments");
   }
   const int size = n / segments;
   std::vector<std::pair<int, int>> ranges;  // [first, last] stages of each segment
@@ -33,11 +34,14 @@ Schedule periodicSchedule(const Costs& chain, int segments, int segmented_stages
   Schedule schedule;
   for (size_t i = 0; i + 1 < ranges.size(); ++i) {
     schedule.push_back({OpKind::ForwardCheck, ranges[i].first});
-    for (int l = ranges[i].first + 1; l <= ranges[i].second; ++l) schedule.push_back({OpKind::ForwardNone, l});
+    for (int l = ranges[i].first + 1; l <= ranges[i].second; ++l)
+      schedule.push_back({OpKind::ForwardNone, l});
   }
   for (size_t i = ranges.size(); i-- > 0;) {
-    for (int l = ranges[i].first; l <= ranges[i].second; ++l) schedule.push_back({OpKind::ForwardAll, l});
-    for (int l = ranges[i].second; l >= ranges[i].first; --l) schedule.push_back({OpKind::Backward, l});
+    for (int l = ranges[i].first; l <= ranges[i].second; ++l)
+      schedule.push_back({OpKind::ForwardAll, l});
+    for (int l = ranges[i].second; l >= ranges[i].first; --l)
+      schedule.push_back({OpKind::Backward, l});
   }
   return schedule;
 }

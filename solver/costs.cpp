@@ -2,10 +2,9 @@
 #include "solver/costs.h"
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
-
-#include <nlohmann/json.hpp>
 
 namespace jitckpt::solver {
 namespace {
@@ -33,12 +32,17 @@ std::vector<T> readField(const Json& json, const char* field) {
          "': give uf, ub, wa, wabar, wd, of, ob as arrays of L+1 numbers");
   }
   const Json& array = json.at(field);
-  if (!array.is_array()) fail(std::string("chain field '") + field + "' must be an array of numbers");
+  if (!array.is_array())
+    fail(std::string("chain field '") + field + "' must be an array of numbers");
   std::vector<T> values;
   for (size_t l = 0; l < array.size(); ++l) {
     const Json& v = array[l];
-    const bool ok = std::is_integral_v<T> ? v.is_number_integer() || (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))
-                                          : v.is_number();
+    const bool ok =
+        std::is_integral_v<T>
+            ? v.is_number_integer() ||
+                  (v.is_number_float() &&
+                   v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))
+            : v.is_number();
     if (!ok) {
       std::ostringstream os;
       os << "chain field '" << field << "' at stage " << l << " is " << v.dump() << ": expected "
@@ -54,7 +58,8 @@ std::vector<T> readField(const Json& json, const char* field) {
 
 void validate(const Costs& chain) {
   const size_t n = chain.uf.size();
-  if (n < 2) fail("chain is empty: it needs at least one stage (every field has L+1 entries, L >= 1)");
+  if (n < 2)
+    fail("chain is empty: it needs at least one stage (every field has L+1 entries, L >= 1)");
   auto checkLength = [&](size_t size, const char* field) {
     if (size != n) {
       std::ostringstream os;
@@ -93,7 +98,8 @@ Costs costsFromJson(const std::string& text) {
   } catch (const Json::parse_error& e) {
     fail(std::string("chain file is not valid JSON: ") + e.what());
   }
-  if (!json.is_object()) fail("chain file must hold a JSON object with fields uf, ub, wa, wabar, wd, of, ob");
+  if (!json.is_object())
+    fail("chain file must hold a JSON object with fields uf, ub, wa, wabar, wd, of, ob");
   Costs chain;
   chain.uf = readField<double>(json, "uf");
   chain.ub = readField<double>(json, "ub");
@@ -107,7 +113,7 @@ Costs costsFromJson(const std::string& text) {
 }
 
 std::string costsToJson(const Costs& chain) {
-  Json json = {{"uf", chain.uf}, {"ub", chain.ub}, {"wa", chain.wa},  {"wabar", chain.wabar},
+  Json json = {{"uf", chain.uf}, {"ub", chain.ub}, {"wa", chain.wa}, {"wabar", chain.wabar},
                {"wd", chain.wd}, {"of", chain.of}, {"ob", chain.ob}};
   return json.dump(1);
 }

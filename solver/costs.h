@@ -17,13 +17,13 @@ namespace jitckpt::solver {
 // autograd (the forward returns a^L; delta^L arrives from the loss), as F^{L+1}/B^{L+1} do in the
 // paper.
 struct Costs {
-  std::vector<double> uf;       // forward time of stage l
-  std::vector<double> ub;       // backward time of stage l
-  std::vector<int64_t> wa;      // size of a^l (wa[0]: chain input)
-  std::vector<int64_t> wabar;   // size of abar^l: all that B^l needs, a^l included
-  std::vector<int64_t> wd;      // size of delta^l (wd[0]: input gradient)
-  std::vector<int64_t> of;      // forward overhead: peak minus inputs and outputs
-  std::vector<int64_t> ob;      // backward overhead
+  std::vector<double> uf;      // forward time of stage l
+  std::vector<double> ub;      // backward time of stage l
+  std::vector<int64_t> wa;     // size of a^l (wa[0]: chain input)
+  std::vector<int64_t> wabar;  // size of abar^l: all that B^l needs, a^l included
+  std::vector<int64_t> wd;     // size of delta^l (wd[0]: input gradient)
+  std::vector<int64_t> of;     // forward overhead: peak minus inputs and outputs
+  std::vector<int64_t> ob;     // backward overhead
 
   int length() const { return static_cast<int>(uf.size()) - 1; }  // L
 };
@@ -32,8 +32,8 @@ struct Costs {
 // (empty, vectors of different lengths, negative values, wabar < wa).
 void validate(const Costs& chain);
 
-// JSON form: {"uf":[...], "ub":[...], "wa":[...], "wabar":[...], "wd":[...], "of":[...], "ob":[...]}
-// with L+1 entries each (entry 0 as above). Errors name the field and the stage.
+// JSON form: {"uf":[...], "ub":[...], "wa":[...], "wabar":[...], "wd":[...], "of":[...],
+// "ob":[...]} with L+1 entries each (entry 0 as above). Errors name the field and the stage.
 Costs costsFromJson(const std::string& text);
 std::string costsToJson(const Costs& chain);
 Costs readCostsFile(const std::string& path);

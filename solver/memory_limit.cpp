@@ -14,9 +14,12 @@ namespace jitckpt::solver {
 
 int64_t MemoryLimit::resolve(int64_t unconstrained_peak) const {
   switch (kind) {
-    case Kind::Bytes: return static_cast<int64_t>(value);
-    case Kind::Fraction: return static_cast<int64_t>(std::floor(value * static_cast<double>(unconstrained_peak)));
-    case Kind::Unlimited: return std::numeric_limits<int64_t>::max();
+    case Kind::Bytes:
+      return static_cast<int64_t>(value);
+    case Kind::Fraction:
+      return static_cast<int64_t>(std::floor(value * static_cast<double>(unconstrained_peak)));
+    case Kind::Unlimited:
+      return std::numeric_limits<int64_t>::max();
   }
   return 0;
 }
@@ -27,7 +30,8 @@ MemoryLimit MemoryLimit::parse(const std::string& text) {
       "activation peak (\"0.5\", \"50%\"), or \"none\"";
   std::string s;
   for (char c : text) {
-    if (!std::isspace(static_cast<unsigned char>(c))) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (!std::isspace(static_cast<unsigned char>(c)))
+      s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   }
   if (s.empty()) throw std::invalid_argument("empty memory limit: " + accepted);
   if (s == "none" || s == "unlimited" || s == "inf") return {};
@@ -35,15 +39,23 @@ MemoryLimit MemoryLimit::parse(const std::string& text) {
   const double number = std::strtod(s.c_str(), &end);
   const std::string unit(end);
   if (end == s.c_str() || !std::isfinite(number) || number <= 0) {
-    throw std::invalid_argument("memory limit '" + text + "' is not a positive number: " + accepted);
+    throw std::invalid_argument("memory limit '" + text +
+                                "' is not a positive number: " + accepted);
   }
   if (unit == "%") {
     if (number > 100) throw std::invalid_argument("memory limit '" + text + "' is over 100%");
     return {Kind::Fraction, number / 100};
   }
-  static const std::pair<const char*, double> units[] = {
-      {"", 1},     {"b", 1},     {"kb", 1e3},       {"mb", 1e6},         {"gb", 1e9},
-      {"tb", 1e12}, {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+  static const std::pair<const char*, double> units[] = {{"", 1},
+                                                         {"b", 1},
+                                                         {"kb", 1e3},
+                                                         {"mb", 1e6},
+                                                         {"gb", 1e9},
+                                                         {"tb", 1e12},
+                                                         {"kib", 1024.0},
+                                                         {"mib", 1048576.0},
+                                                         {"gib", 1073741824.0},
+                                                         {"tib", 1099511627776.0}};
   for (const auto& [name, scale] : units) {
     if (unit != name) continue;
     // A bare number up to 1 is a fraction of the unconstrained peak; anything larger is bytes.
@@ -78,8 +90,10 @@ std::string formatBytes(int64_t bytes) {
     ++unit;
   }
   char buffer[64];
-  if (unit == 0) std::snprintf(buffer, sizeof buffer, "%lld B", static_cast<long long>(bytes));
-  else std::snprintf(buffer, sizeof buffer, "%.2f %s", value, names[unit]);
+  if (unit == 0)
+    std::snprintf(buffer, sizeof buffer, "%lld B", static_cast<long long>(bytes));
+  else
+    std::snprintf(buffer, sizeof buffer, "%.2f %s", value, names[unit]);
   return buffer;
 }
 

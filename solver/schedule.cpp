@@ -9,10 +9,18 @@ namespace jitckpt::solver {
 std::string toString(const Op& op) {
   const char* name = "?";
   switch (op.kind) {
-    case OpKind::ForwardNone: name = "Fn"; break;
-    case OpKind::ForwardCheck: name = "Fck"; break;
-    case OpKind::ForwardAll: name = "Fall"; break;
-    case OpKind::Backward: name = "B"; break;
+    case OpKind::ForwardNone:
+      name = "Fn";
+      break;
+    case OpKind::ForwardCheck:
+      name = "Fck";
+      break;
+    case OpKind::ForwardAll:
+      name = "Fall";
+      break;
+    case OpKind::Backward:
+      name = "B";
+      break;
   }
   return std::string(name) + "(" + std::to_string(op.stage) + ")";
 }
@@ -37,15 +45,21 @@ Schedule parseSchedule(const std::string& text) {
       throw std::invalid_argument("schedule token '" + token + "' " + why +
                                   ": write ops as Fn(l), Fck(l), Fall(l) or B(l) with l >= 1");
     };
-    if (open == std::string::npos || close != token.size() - 1 || close <= open + 1) bad("is malformed");
+    if (open == std::string::npos || close != token.size() - 1 || close <= open + 1)
+      bad("is malformed");
     const std::string name = token.substr(0, open);
     const std::string number = token.substr(open + 1, close - open - 1);
     Op op{};
-    if (name == "Fn" || name == "F∅" || name == "Fnone") op.kind = OpKind::ForwardNone;
-    else if (name == "Fck") op.kind = OpKind::ForwardCheck;
-    else if (name == "Fall") op.kind = OpKind::ForwardAll;
-    else if (name == "B") op.kind = OpKind::Backward;
-    else bad("has an unknown operation");
+    if (name == "Fn" || name == "F∅" || name == "Fnone")
+      op.kind = OpKind::ForwardNone;
+    else if (name == "Fck")
+      op.kind = OpKind::ForwardCheck;
+    else if (name == "Fall")
+      op.kind = OpKind::ForwardAll;
+    else if (name == "B")
+      op.kind = OpKind::Backward;
+    else
+      bad("has an unknown operation");
     size_t used = 0;
     try {
       op.stage = std::stoi(number, &used);

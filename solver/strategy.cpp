@@ -48,8 +48,8 @@ class Candidates {
 };
 
 std::string describe(Strategy strategy) {
-  return strategy == Strategy::Optimal  ? "checkpointing"
-         : strategy == Strategy::None   ? "no-checkpointing"
+  return strategy == Strategy::Optimal   ? "checkpointing"
+         : strategy == Strategy::None    ? "no-checkpointing"
          : strategy == Strategy::Revolve ? "revolve-style"
                                          : "periodic";
 }
@@ -100,8 +100,9 @@ Selection selectSchedule(const Costs& chain, int64_t limit, Strategy strategy,
   const int segmented = options.segmented_stages < 0 ? chain.length() : options.segmented_stages;
   auto considerPeriodic = [&](int first, int last) {
     if (last > segmented)
-      throw std::invalid_argument("periodic: " + std::to_string(last) + " segments for a chain of " +
-                                  std::to_string(segmented) + " stages");
+      throw std::invalid_argument("periodic: " + std::to_string(last) +
+                                  " segments for a chain of " + std::to_string(segmented) +
+                                  " stages");
     for (int k = first; k <= last; ++k) {
       candidates.consider(periodicSchedule(chain, k, segmented),
                           "periodic (" + std::to_string(k) + " segments)", k);

@@ -2,8 +2,8 @@
 //
 //   torch::jit::Module model = torch::jit::load("model.pt");
 //   model.train();
-//   auto rewritten = jitckpt::checkpoint(model, {example_input}, jitckpt::MemoryLimit::parse("2GiB"));
-//   std::cout << jitckpt::planOf(rewritten)->str();
+//   auto rewritten = jitckpt::checkpoint(model, {example_input},
+//   jitckpt::MemoryLimit::parse("2GiB")); std::cout << jitckpt::planOf(rewritten)->str();
 //
 // Link libjitckpt (the passes, which install the re-planner) and libjitckpt_runtime (the
 // jitckpt::chain op and the Plan class, registered when it loads; a process that only runs saved

@@ -3,7 +3,6 @@
 
 #include <c10/util/Exception.h>
 
-
 #include "runtime/probes/counting_allocator.h"
 #include "runtime/probes/cuda_probe.h"
 

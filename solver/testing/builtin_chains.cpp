@@ -37,10 +37,11 @@ Costs resnetShaped(const int layers[4]) {
   const int64_t image = 224;
   Builder b(3 * image * image * kFloat);
   const int64_t stem = 112 * 112;
-  b.add(3.0 * 64 * 49 * stem / 1e9, 64 * stem * kFloat, 0, 0);                  // conv1 7x7/2
-  b.add(64.0 * stem * 2 / 1e9, 64 * stem * kFloat, 0, 0);                       // bn1
-  b.add(64.0 * stem / 1e9, 64 * stem * kFloat, 0, 0);                           // relu
-  b.add(64.0 * 9 * 56 * 56 / 1e9, 64 * 56 * 56 * kFloat, 64 * 56 * 56 * kFloat / 8, 0);  // maxpool (+indices)
+  b.add(3.0 * 64 * 49 * stem / 1e9, 64 * stem * kFloat, 0, 0);  // conv1 7x7/2
+  b.add(64.0 * stem * 2 / 1e9, 64 * stem * kFloat, 0, 0);       // bn1
+  b.add(64.0 * stem / 1e9, 64 * stem * kFloat, 0, 0);           // relu
+  b.add(64.0 * 9 * 56 * 56 / 1e9, 64 * 56 * 56 * kFloat, 64 * 56 * 56 * kFloat / 8,
+        0);  // maxpool (+indices)
   int64_t channels = 64, side = 56;
   for (int layer = 0; layer < 4; ++layer) {
     const int64_t planes = 64 << layer;
@@ -48,13 +49,15 @@ Costs resnetShaped(const int layers[4]) {
       const int64_t in_side = side;
       if (block == 0 && layer > 0) side /= 2;
       const int64_t hw = side * side;
-      const double macs = static_cast<double>(channels) * planes * in_side * in_side +  // 1x1 reduce
-                          9.0 * planes * planes * hw + 4.0 * planes * planes * hw +     // 3x3, 1x1 expand
-                          (block == 0 ? 4.0 * planes * channels * hw : 0.0);           // projection
+      const double macs =
+          static_cast<double>(channels) * planes * in_side * in_side +  // 1x1 reduce
+          9.0 * planes * planes * hw + 4.0 * planes * planes * hw +     // 3x3, 1x1 expand
+          (block == 0 ? 4.0 * planes * channels * hw : 0.0);            // projection
       const int64_t out = 4 * planes * hw * kFloat;
       // conv1/bn1/relu at the input resolution, conv2/bn2/relu, conv3/bn3 (+ projection) outputs.
-      const int64_t intermediates = (3 * planes * in_side * in_side + 3 * planes * hw + 2 * 4 * planes * hw +
-                                     (block == 0 ? 2 * 4 * planes * hw : 0)) * kFloat;
+      const int64_t intermediates = (3 * planes * in_side * in_side + 3 * planes * hw +
+                                     2 * 4 * planes * hw + (block == 0 ? 2 * 4 * planes * hw : 0)) *
+                                    kFloat;
       b.add(macs / 1e9, out, intermediates, planes * hw * kFloat);
       channels = 4 * planes;
     }
@@ -72,7 +75,8 @@ Costs resnet1001Costs() {
 }
 
 Costs resnetLikeCosts(int blocks) {
-  if (blocks < 4) throw std::invalid_argument("resnet-like chain needs at least 4 blocks (L >= 10)");
+  if (blocks < 4)
+    throw std::invalid_argument("resnet-like chain needs at least 4 blocks (L >= 10)");
   const double share[4] = {33 / 333.0, 99 / 333.0, 168 / 333.0, 33 / 333.0};
   int layers[4];
   int used = 0;

@@ -90,8 +90,9 @@ TEST(TrainingStepMemory, TinyResNetStaysWithinTheLimitAndTracksThePrediction) {
                          static_cast<double>(plan->solution().predicted_peak);
     std::printf(
         "limit %.2f: %lld B, predicted peak %lld B, measured %lld B (error %+.2f%%), %zu ops\n",
-        fraction, static_cast<long long>(limit), static_cast<long long>(plan->solution().predicted_peak),
-        static_cast<long long>(measured), 100 * error, plan->solution().schedule.size());
+        fraction, static_cast<long long>(limit),
+        static_cast<long long>(plan->solution().predicted_peak), static_cast<long long>(measured),
+        100 * error, plan->solution().schedule.size());
     EXPECT_LE(plan->solution().predicted_peak, limit);
     EXPECT_LE(measured, limit + tolerance);
     EXPECT_LE(measured, plan->solution().predicted_peak + tolerance);

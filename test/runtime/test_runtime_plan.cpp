@@ -30,7 +30,8 @@ int countNodes(const torch::jit::Graph& graph, const char* kind) {
 TEST(RuntimePlan, PrintsStagesAndScheduleWithoutAddresses) {
   Rewritten r = rewriteWith(loadFixture("tiny_resnet"), ScheduleKind::OptimalMid);
   const std::string text = r.plan->str();
-  EXPECT_NE(text.find("schedule: " + solver::toString(r.plan->solution().schedule)), std::string::npos)
+  EXPECT_NE(text.find("schedule: " + solver::toString(r.plan->solution().schedule)),
+            std::string::npos)
       << text;
   for (const auto& s : r.plan->stages().stages())
     EXPECT_NE(text.find("\"" + s.label + "\""), std::string::npos) << s.label;
@@ -149,8 +150,8 @@ TEST(RuntimePlan, PickleKeepsTensorConstants) {
   stage.graph->registerOutput(stage.graph->insert(c10::aten::mul, {x, c}));
   stage.num_activation_inputs = 1;
   stage.label = "scale";
-  auto stages = std::make_shared<const ChainStages>(std::vector<StageSpec>{stage},
-                                                    std::vector<LiftedSpec>{});
+  auto stages =
+      std::make_shared<const ChainStages>(std::vector<StageSpec>{stage}, std::vector<LiftedSpec>{});
   const Plan plan(stages, syntheticSolution(1, solver::noCheckpointSchedule));
   auto copy = Plan::fromState(plan.getState());
   int constants = 0;

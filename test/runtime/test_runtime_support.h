@@ -21,10 +21,10 @@
 
 #include "passes/partition_module.h"
 #include "passes/rewrite.h"
+#include "runtime/plan.h"
 #include "solver/baselines.h"
 #include "solver/persistent_dp.h"
 #include "solver/simulator.h"
-#include "runtime/plan.h"
 #include "test/fixtures/fixture_path.h"
 
 namespace jitckpt::test {

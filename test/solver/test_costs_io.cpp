@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <fstream>
 
-#include "solver/testing/builtin_chains.h"
 #include "solver/costs.h"
 #include "solver/memory_limit.h"
+#include "solver/testing/builtin_chains.h"
 
 using namespace jitckpt::solver;
 

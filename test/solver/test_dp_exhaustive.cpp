@@ -1,10 +1,10 @@
 // The persistent DP against the exhaustive persistent search and the simulator.
 #include <gtest/gtest.h>
 
-#include "solver/testing/builtin_chains.h"
-#include "solver/testing/exhaustive.h"
 #include "solver/persistent_dp.h"
 #include "solver/simulator.h"
+#include "solver/testing/builtin_chains.h"
+#include "solver/testing/exhaustive.h"
 
 using namespace jitckpt::solver;
 

@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <string>
 
-#include "solver/testing/builtin_chains.h"
-#include "solver/testing/exhaustive.h"
 #include "solver/persistent_dp.h"
 #include "solver/simulator.h"
+#include "solver/testing/builtin_chains.h"
+#include "solver/testing/exhaustive.h"
 
 using namespace jitckpt::solver;
 

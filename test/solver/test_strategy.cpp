@@ -1,12 +1,12 @@
-// selectSchedule (optimal) against the simulator, the baselines and the DP alone, on random chains at a coarse
-// slot resolution (where the DP's rounding shows).
+// selectSchedule (optimal) against the simulator, the baselines and the DP alone, on random chains
+// at a coarse slot resolution (where the DP's rounding shows).
 #include <gtest/gtest.h>
 
 #include "solver/baselines.h"
 #include "solver/persistent_dp.h"
+#include "solver/simulator.h"
 #include "solver/strategy.h"
 #include "solver/testing/builtin_chains.h"
-#include "solver/simulator.h"
 
 using namespace jitckpt::solver;
 
@@ -53,7 +53,9 @@ TEST(BestSchedule, FitsTheLimitAndIsNeverSlowerThanAFittingCandidate) {
         ++infeasible;
         EXPECT_FALSE(dp.feasible);
         ASSERT_GT(best.min_feasible_limit, limit);
-        EXPECT_TRUE(selectSchedule(chain, best.min_feasible_limit, Strategy::Optimal, {kCoarseSlots}).feasible)
+        EXPECT_TRUE(
+            selectSchedule(chain, best.min_feasible_limit, Strategy::Optimal, {kCoarseSlots})
+                .feasible)
             << "the smallest limit reported must work";
       }
       if (dp.feasible) {

@@ -1,10 +1,9 @@
 // jitckpt: the command line. `optimize` rewrites a saved TorchScript module for a memory limit so
 // that a training script changes nothing but the file it loads; `inspect` prints a rewritten
 // file's plan.
-#include <CLI/CLI.hpp>
-
 #include <torch/script.h>
 
+#include <CLI/CLI.hpp>
 #include <iostream>
 #include <sstream>
 
@@ -24,7 +23,8 @@ std::vector<int64_t> parseShape(const std::string& text) {
       if (used != part.size() || dim < 1) throw std::invalid_argument("");
       shape.push_back(dim);
     } catch (const std::exception&) {
-      throw std::invalid_argument("input shape '" + text + "' must be positive integers separated by commas, "
+      throw std::invalid_argument("input shape '" + text +
+                                  "' must be positive integers separated by commas, "
                                   "such as 8,3,224,224");
     }
   }
@@ -89,10 +89,9 @@ void inspect(const std::string& path, bool print_graph) {
   std::cout << plan->str();
   if (!curve.empty()) {
     std::cout << "time-memory curve (optimal): " << curve.size() << " points, from "
-              << jitckpt::solver::formatBytes(curve.front().limit) << " ("
-              << curve.front().time << " ms) to "
-              << jitckpt::solver::formatBytes(curve.back().limit) << " (" << curve.back().time
-              << " ms)\n";
+              << jitckpt::solver::formatBytes(curve.front().limit) << " (" << curve.front().time
+              << " ms) to " << jitckpt::solver::formatBytes(curve.back().limit) << " ("
+              << curve.back().time << " ms)\n";
   }
   if (print_graph) std::cout << module.get_method("forward").graph()->toString(false);
 }

@@ -91,8 +91,7 @@ void runRewrite(Input& input, const jitckpt::PartitionOptions& options) {
       stages, jitckpt::solveCosts(zero, jitckpt::solver::MemoryLimit::unlimited(),
                                   {jitckpt::solver::Strategy::None, 500, 0}));
   jitckpt::rewriteChain(cloned.module, cloned.partition, plan);
-  std::cout << cloned.module.get_method("forward").graph()->toString(false) << "\n"
-            << plan->str();
+  std::cout << cloned.module.get_method("forward").graph()->toString(false) << "\n" << plan->str();
 }
 
 }  // namespace

@@ -68,10 +68,10 @@ bool solveWithDp(const Costs& chain, int64_t limit, int64_t none_peak, const Opt
   if (!result.feasible) {
     std::fprintf(stderr, "error: %s\n", result.message.c_str());
     if (result.min_feasible_limit > 0) {
-      std::fprintf(stderr,
-                   "the smallest limit that works is about %s (%.3f of the no-checkpointing peak)\n",
-                   formatBytes(result.min_feasible_limit).c_str(),
-                   static_cast<double>(result.min_feasible_limit) / static_cast<double>(none_peak));
+      std::fprintf(
+          stderr, "the smallest limit that works is about %s (%.3f of the no-checkpointing peak)\n",
+          formatBytes(result.min_feasible_limit).c_str(),
+          static_cast<double>(result.min_feasible_limit) / static_cast<double>(none_peak));
     }
     return false;
   }
@@ -115,7 +115,8 @@ int run(Options o) {
   const Costs chain = o.chain_file.empty() ? builtinCosts(o.builtin) : readCostsFile(o.chain_file);
   if (!o.write_chain.empty()) writeCostsFile(chain, o.write_chain);
   const SimulationResult none = simulate(chain, noCheckpointSchedule(chain));
-  const int64_t limit = std::min(MemoryLimit::parse(o.limit_text).resolve(none.peak), none.peak * 4);
+  const int64_t limit =
+      std::min(MemoryLimit::parse(o.limit_text).resolve(none.peak), none.peak * 4);
   std::printf("chain: %d stages, input %s, no-checkpointing peak %s, time %.4f\n", chain.length(),
               formatBytes(chain.wa[0]).c_str(), formatBytes(none.peak).c_str(), none.time);
   std::printf("limit: %s\n", formatBytes(limit).c_str());

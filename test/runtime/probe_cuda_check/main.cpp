@@ -178,8 +178,8 @@ void checkTrainingStep() {
   const jitckpt::Solution& solution = plan->solution();
   check(measured <= solution.memory_limit + parameters + solution.memory_limit / 100 + 8192,
         "training step within the limit + parameter gradients + 1% (CUDA)",
-        "measured " + bytes(measured) + ", predicted " + bytes(solution.predicted_peak) + ", limit " +
-            bytes(solution.memory_limit));
+        "measured " + bytes(measured) + ", predicted " + bytes(solution.predicted_peak) +
+            ", limit " + bytes(solution.memory_limit));
   // Three steps on each: gradients accumulate the same way.
   for (int s = 0; s < 3; ++s) step(reference);
   bool equal = true;
