@@ -44,11 +44,9 @@ int main(int argc, char** argv) {
       optimizer.step();
       std::cout << "step " << step << " loss " << loss.item<double>() << "\n";
     }
-  } catch (const c10::Error& e) {
-    std::cerr << "error: " << e.what_without_backtrace() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+  } catch (const std::exception& e) {  // torch's errors say what to do before their backtrace
+    const std::string what = e.what();
+    std::cerr << "error: " << what.substr(0, what.find("\nException raised from")) << "\n";
     return 1;
   }
   return 0;

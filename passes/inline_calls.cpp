@@ -3,22 +3,19 @@
 
 #include <torch/csrc/jit/passes/inliner.h>
 
-#include <vector>
+#include "passes/graph_walk.h"
 
 namespace jitckpt {
 namespace {
 
-bool hasCalls(const torch::jit::Block* block) {
-  std::vector<const torch::jit::Block*> blocks{block};
-  while (!blocks.empty()) {
-    const auto* b = blocks.back();
-    blocks.pop_back();
-    for (const torch::jit::Node* n : b->nodes()) {
-      if (n->kind() == c10::prim::CallMethod || n->kind() == c10::prim::CallFunction) return true;
-      for (const auto* inner : n->blocks()) blocks.push_back(inner);
-    }
+bool hasCalls(torch::jit::Block* block) {
+  bool found = false;
+  for (torch::jit::Node* top : block->nodes()) {
+    forEachNestedNode(top, [&](torch::jit::Node* n) {
+      found = found || n->kind() == c10::prim::CallMethod || n->kind() == c10::prim::CallFunction;
+    });
   }
-  return false;
+  return found;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "passes/graph_walk.h"
 #include "passes/prologue.h"
 
 namespace jitckpt {
@@ -44,24 +45,21 @@ std::vector<Value*> carriedValues(const Partition& partition) {
     return v->node() == graph.param_node() || before.count(v->node());
   };
   for (Node* n = partition.last_node->next();; n = n->next()) {
-    std::vector<Node*> stack{n};
-    while (!stack.empty()) {
-      Node* cur = stack.back();
-      stack.pop_back();
-      for (auto* b : cur->blocks()) {
-        for (Node* inner : b->nodes()) stack.push_back(inner);
-        stack.push_back(b->return_node());
-      }
-      for (Value* v : cur->inputs()) {
-        if (region.count(v->node())) {
-          TORCH_CHECK(chain_outputs.count(v), "runPartitioned: %", v->debugName(),
-                      " is defined in the chain region and read after it, but is no chain output");
-        } else if (definedBefore(v) &&
-                   std::find(carried.begin(), carried.end(), v) == carried.end()) {
-          carried.push_back(v);
-        }
-      }
-    }
+    forEachNestedNode(
+        n,
+        [&](Node* cur) {
+          for (Value* v : cur->inputs()) {
+            if (region.count(v->node())) {
+              TORCH_CHECK(
+                  chain_outputs.count(v), "runPartitioned: %", v->debugName(),
+                  " is defined in the chain region and read after it, but is no chain output");
+            } else if (definedBefore(v) &&
+                       std::find(carried.begin(), carried.end(), v) == carried.end()) {
+              carried.push_back(v);
+            }
+          }
+        },
+        BlockReturns::Visit);
     if (n == graph.return_node()) break;
   }
   return carried;

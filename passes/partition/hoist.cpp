@@ -3,6 +3,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "passes/graph_walk.h"
 #include "passes/partition/steps.h"
 
 namespace jitckpt::partition_steps {
@@ -30,11 +31,7 @@ std::vector<Node*> movableNodes(Graph& graph) {
   std::vector<Node*> movable;
   std::unordered_set<const Value*> attribute_values;
   for (Node* n : graph.block()->nodes()) {
-    // depth-first over nested blocks
-    std::vector<Node*> stack{n};
-    while (!stack.empty()) {
-      Node* cur = stack.back();
-      stack.pop_back();
+    forEachNestedNode(n, [&](Node* cur) {
       if (cur->kind() == prim::SetAttr) {
         TORCH_CHECK(false, "partition: forward assigns attribute '", cur->s(c10::attr::name),
                     "' (prim::SetAttr); jitckpt cannot lift attributes that forward changes. "
@@ -47,10 +44,7 @@ std::vector<Node*> movableNodes(Graph& graph) {
       if (from_self || (cur->kind() == prim::Constant && cur->owningBlock() == graph.block())) {
         movable.push_back(cur);
       }
-      for (auto* b : cur->blocks()) {
-        for (auto it = b->nodes().rbegin(); it != b->nodes().rend(); ++it) stack.push_back(*it);
-      }
-    }
+    });
   }
   return movable;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "passes/graph_walk.h"
 #include "passes/partition/steps.h"
 
 namespace jitckpt::partition_steps {
@@ -128,13 +129,7 @@ class StageGraphBuilder {
 
 // Adds to mutated_lifted the lifted values that `top_node` or a node nested in it writes.
 void addMutatedLifted(Stage& stage, Node* top_node, const LiftedInputs& lifted) {
-  std::vector<Node*> stack{top_node};
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    for (auto* b : n->blocks()) {
-      for (Node* inner : b->nodes()) stack.push_back(inner);
-    }
+  forEachNestedNode(top_node, [&](Node* n) {
     for (size_t a : directlyWrittenInputs(n)) {
       const auto k = lifted.find(n->input(a));
       if (k && std::find(stage.mutated_lifted.begin(), stage.mutated_lifted.end(), *k) ==
@@ -142,7 +137,7 @@ void addMutatedLifted(Stage& stage, Node* top_node, const LiftedInputs& lifted) 
         stage.mutated_lifted.push_back(*k);
       }
     }
-  }
+  });
 }
 
 // In-place writes, judged in the method graph: a stage graph's inputs would all be assumed to

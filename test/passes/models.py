@@ -1,7 +1,9 @@
 """Small scripted models for the lit tests: `models.py NAME OUT.pt` scripts NAME and saves it."""
 import sys
+from typing import List
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -99,7 +101,53 @@ class NoCut(nn.Module):
         return torch.matmul(torch.relu(x), y) + torch.matmul(x, torch.sigmoid(y))
 
 
-MODELS = {m.__name__: m for m in [PlainChain, Residual, InplaceResidual, BasicBlocks, WithBatchNorm, TwoTensorBoundary, WithLoop, NoCut]}
+class NestedInner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return F.relu(self.lin(x))  # a scripted function: prim::CallFunction
+
+
+class NestedMiddle(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.inner = nn.Linear(8, 16), NestedInner()
+
+    def forward(self, x):
+        return self.inner(torch.relu(self.lin(x)))
+
+
+class Nested(nn.Module):
+    """Calls two levels deep: Nested.forward -> middle -> inner, each a prim::CallMethod."""
+
+    def __init__(self):
+        super().__init__()
+        self.middle = NestedMiddle()
+
+    def forward(self, x):
+        return torch.tanh(self.middle(x))
+
+
+class PrologueEpilogue(nn.Module):
+    """A list input concatenated before the chain, a softmax and a tuple after it: the cat and the
+    softmax are no part of the chain region."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(8, 16), nn.Linear(16, 4)
+
+    def forward(self, xs: List[torch.Tensor]):
+        y = self.l2(torch.relu(self.l1(torch.cat(xs, 1))))
+        return torch.softmax(y, 1), y
+
+
+MODELS = {
+    m.__name__: m
+    for m in [PlainChain, Residual, InplaceResidual, BasicBlocks, WithBatchNorm, TwoTensorBoundary, WithLoop, NoCut,
+              Nested, PrologueEpilogue]
+}
 
 if __name__ == "__main__":
     torch.jit.save(torch.jit.script(MODELS[sys.argv[1]]()), sys.argv[2])

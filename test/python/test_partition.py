@@ -117,3 +117,17 @@ def test_inplace_boundary_is_moved_or_marked(move):
     if not move:
         # The stage wrote its input in place: exactly the hazard the runtime must guard against.
         assert not torch.equal(boundaries[1][0], module.c1(x) * 2)
+
+
+def test_single_stage_warning_reaches_python_warnings():
+    import warnings
+
+    class Elementwise(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x) * 2
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        info = jitckpt.partition(torch.jit.script(Elementwise()))
+    assert info["num_stages"] == 1
+    assert any("single stage" in str(w.message) for w in caught), [str(w.message) for w in caught]

@@ -9,6 +9,7 @@
 
 #include "jitckpt/jitckpt.h"
 #include "solver/memory_limit.h"
+#include "tools/common/report_errors.h"
 
 namespace {
 
@@ -134,18 +135,11 @@ int main(int argc, char** argv) {
   inspect_command->add_flag("--graph", print_graph, "also print the rewritten forward graph");
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  return jitckpt::tools::reportErrors([&] {
     if (*optimize_command) {
       optimize(o);
     } else {
       inspect(inspect_path, print_graph);
     }
-  } catch (const c10::Error& e) {
-    std::cerr << "error: " << e.what_without_backtrace() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 2;
-  }
-  return 0;
+  });
 }

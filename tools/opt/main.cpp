@@ -22,6 +22,7 @@
 #include "passes/print_partition.h"
 #include "passes/rewrite.h"
 #include "passes/solve.h"
+#include "tools/common/report_errors.h"
 
 namespace {
 
@@ -115,15 +116,8 @@ int main(int argc, char** argv) {
                "partition: keep cuts whose boundary is written in place (marks the stage)");
   CLI11_PARSE(app, argc, argv);
   options.move_cuts_off_inplace_writes = !keep_inplace_cuts;
-  try {
+  return jitckpt::tools::reportErrors([&] {
     Input input = readInput(path);
     passes.at(pass)(input, options);
-  } catch (const c10::Error& e) {
-    std::cerr << "error: " << e.what_without_backtrace() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 2;
-  }
-  return 0;
+  });
 }
