@@ -1,5 +1,5 @@
 // Baseline schedules in the same vocabulary: no checkpointing, periodic segments exactly as
-// torch.utils.checkpoint.checkpoint_sequential runs them, and the revolve-style schedule (only a^l
+// PyTorch's checkpoint_sequential runs them, and the revolve-style schedule (only a^l
 // checkpoints, an Fall before every B; see solveRevolve in persistent_dp.h). Torch-free.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Costs cost model of the paper (section 3, Table 1): per-stage times and sizes, with JSON I/O.
-// Takes nothing from torch. Sizes are bytes (or any integer unit), times any consistent unit.
+// Standard C++ only. Sizes are bytes (or any integer unit), times any consistent unit.
 #pragma once
 
 #include <cstdint>

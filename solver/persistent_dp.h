@@ -1,6 +1,6 @@
 // Optimal persistent schedule (paper, Theorem 1 and Algorithms 1-2), memory discretized in S
 // slots. Takes a Costs and the largest limit M of interest; one table answers every limit up to
-// M (the whole time-memory curve from one solve). Takes nothing from torch.
+// M (the whole time-memory curve from one solve). Standard C++ only.
 //
 // Departures from the paper's formulas, so that the DP is exactly optimal under the simulator:
 //  - m_all(s,t) charges B(s) with wd[s] + wabar[s] + wd[s-1] + ob[s]: the gradient delta^{s-1}

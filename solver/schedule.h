@@ -1,5 +1,5 @@
 // Schedule vocabulary of the paper (Table 1): F∅(l), Fck(l), Fall(l), B(l); printable and
-// parseable. Takes nothing from torch.
+// parseable. Standard C++ only.
 #pragma once
 
 #include <string>

@@ -1,6 +1,6 @@
 // Simulator: replays any op sequence on a Costs under the rules of the paper's Table 1 and
 // returns its validity (first invalid op and why), peak memory and total time. The ground truth
-// every solver is tested against. Takes nothing from torch.
+// every solver is tested against. Standard C++ only.
 //
 // Memory state: per stage l whether a^l is held alone, whether abar^l is held (abar^l contains
 // a^l, so holding abar^l absorbs a lone a^l), and which gradients delta^l are held. An op is
