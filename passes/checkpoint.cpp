@@ -52,10 +52,9 @@ torch::jit::Module checkpoint(const torch::jit::Module& module,
   const ChainArguments arguments =
       prologueArguments(cloned.module, cloned.partition, example_inputs);
   auto stages = chainStagesOf(cloned.partition);
-  std::vector<std::vector<int64_t>> shapes;
-  for (const auto& t : arguments.inputs) shapes.push_back(t.sizes().vec());
-  Solution solution = solveCosts(measuredCosts(stages, arguments, options, report), limit,
-                                 {options.strategy, options.slots, options.segments}, shapes);
+  Solution solution =
+      solveCosts(measuredCosts(stages, arguments, options, report), limit,
+                 {options.strategy, options.slots, options.segments}, inputShapes(arguments));
   auto plan = c10::make_intrusive<Plan>(std::move(stages), std::move(solution));
   const Solution& s = plan->solution();
   report("solved (" + solver::toString(s.strategy) + "): predicted peak " +

@@ -15,16 +15,14 @@ class ProfilingReplanner final : public Replanner {
     options.progress = [](int, int) {};
     options.measure_unconstrained_peak = false;
     const Solution& old = planned.solution();
-    std::vector<std::vector<int64_t>> shapes;
-    for (const auto& t : arguments.inputs) shapes.push_back(t.sizes().vec());
     solver::Costs costs = profileStages(planned.sharedStages(), arguments, options).costs;
     const auto limit = old.strategy == solver::Strategy::None
                            ? solver::MemoryLimit::unlimited()
                            : solver::MemoryLimit::bytes(old.memory_limit);
     try {
       return c10::make_intrusive<Plan>(
-          planned.sharedStages(),
-          solveCosts(std::move(costs), limit, {old.strategy, old.slots, 0}, shapes));
+          planned.sharedStages(), solveCosts(std::move(costs), limit, {old.strategy, old.slots, 0},
+                                             inputShapes(arguments)));
     } catch (const c10::Error& e) {
       TORCH_CHECK(false, "jitckpt: the plan's memory limit cannot hold the new input shapes: ",
                   e.what_without_backtrace(),

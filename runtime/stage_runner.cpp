@@ -27,6 +27,12 @@ void accumulateIntoGrad(const at::Tensor& variable, at::Tensor gradient) {
 
 }  // namespace
 
+std::vector<std::vector<int64_t>> inputShapes(const ChainArguments& arguments) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto& t : arguments.inputs) shapes.push_back(t.sizes().vec());
+  return shapes;
+}
+
 StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArguments arguments,
                          BufferWrites buffer_writes)
     : stages_(std::move(stages)),

@@ -38,6 +38,9 @@ struct ChainArguments {
   std::vector<c10::IValue> lifted_scalars;
 };
 
+// The shapes of the chain inputs: the key a plan is made for.
+std::vector<std::vector<int64_t>> inputShapes(const ChainArguments& arguments);
+
 // abar^l: the detached inputs of a recorded run (leaves, requiring grad where a gradient flows)
 // and its outputs with their autograd graph.
 struct RecordedStage {
