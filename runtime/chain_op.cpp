@@ -17,7 +17,7 @@ using torch::autograd::variable_list;
 ChainArguments argumentsOf(at::TensorList inputs, at::TensorList lifted_tensors,
                            const c10::List<c10::IValue>& lifted_scalars) {
   ChainArguments arguments{inputs.vec(), lifted_tensors.vec(), {}};
-  for (const c10::IValue& v : lifted_scalars) arguments.lifted_scalars.push_back(v);
+  for (c10::IValue v : lifted_scalars) arguments.lifted_scalars.push_back(std::move(v));
   return arguments;
 }
 
