@@ -31,6 +31,20 @@ jitckpt::PartitionOptions makeOptions(int max_stages, bool move_cuts_off_inplace
   return options;
 }
 
+// Python values for forward's inputs (without self), converted to the types forward declares.
+std::vector<c10::IValue> forwardInputs(const torch::jit::Module& module,
+                                       const py::sequence& inputs) {
+  const auto& graph_inputs = module.get_method("forward").graph()->inputs();
+  if (inputs.size() == 0) return {};  // none given: the partition counts tensors
+  TORCH_CHECK(inputs.size() + 1 == graph_inputs.size(), "forward takes ", graph_inputs.size() - 1,
+              " input(s) besides self, but ", inputs.size(), " were given");
+  std::vector<c10::IValue> values;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    values.push_back(torch::jit::toIValue(inputs[i], graph_inputs[i + 1]->type()));
+  }
+  return values;
+}
+
 py::dict describe(const jitckpt::Partition& partition) {
   py::list labels, inputs, writes, mutated;
   for (const auto& stage : partition.stages) {
@@ -55,6 +69,8 @@ py::dict describe(const jitckpt::Partition& partition) {
   d["mutated_lifted"] = mutated;
   d["lifted"] = lifted;
   d["warnings"] = partition.warnings;
+  d["boundary_bytes"] = partition.boundary_bytes;
+  d["bytes_measured"] = partition.bytes_measured;
   d["text"] = text.str();
   return d;
 }
@@ -66,14 +82,23 @@ PYBIND11_MODULE(_C, m) {
   defineCheckpointApi(m);
   m.def(
       "partition",
-      [](const py::object& module, int max_stages, bool move_cuts_off_inplace_writes) {
+      [](const py::object& module, const py::sequence& example_inputs, int max_stages,
+         bool move_cuts_off_inplace_writes) {
         jitckpt::PythonWarnings warnings;
-        return describe(jitckpt::partitionModule(
-            toModule(module), makeOptions(max_stages, move_cuts_off_inplace_writes)));
+        const auto ts_module = toModule(module);
+        const auto inputs = forwardInputs(ts_module, example_inputs);
+        py::gil_scoped_release no_gil;
+        auto partition = jitckpt::partitionModule(
+            ts_module, makeOptions(max_stages, move_cuts_off_inplace_writes), inputs);
+        py::gil_scoped_acquire gil;
+        return describe(partition);
       },
-      py::arg("module"), py::arg("max_stages") = 0, py::arg("move_cuts_off_inplace_writes") = true,
-      "Partitions module.forward; returns a dict: num_stages, labels, num_activation_inputs, "
-      "num_chain_outputs, writes_activation_input, mutated_lifted, lifted, warnings, text.");
+      py::arg("module"), py::arg("example_inputs") = py::tuple(), py::arg("max_stages") = 0,
+      py::arg("move_cuts_off_inplace_writes") = true,
+      "Partitions module.forward, choosing cuts by the bytes they carry on the example inputs "
+      "(by tensor count without them); returns a dict: num_stages, labels, "
+      "num_activation_inputs, num_chain_outputs, writes_activation_input, mutated_lifted, lifted, "
+      "warnings, boundary_bytes, bytes_measured, text.");
   m.def(
       "run_partitioned",
       [](const py::object& module, const py::tuple& inputs, int max_stages,
@@ -83,12 +108,7 @@ PYBIND11_MODULE(_C, m) {
         const auto partition = jitckpt::partitionModule(
             ts_module, makeOptions(max_stages, move_cuts_off_inplace_writes));
         std::vector<c10::IValue> method_inputs{ts_module._ivalue()};
-        const auto& graph_inputs = partition.graph->inputs();
-        TORCH_CHECK(inputs.size() + 1 == graph_inputs.size(), "run_partitioned: forward takes ",
-                    graph_inputs.size() - 1, " inputs, got ", inputs.size());
-        for (size_t i = 0; i < inputs.size(); ++i) {
-          method_inputs.push_back(torch::jit::toIValue(inputs[i], graph_inputs[i + 1]->type()));
-        }
+        for (auto& v : forwardInputs(ts_module, inputs)) method_inputs.push_back(std::move(v));
         jitckpt::PartitionedRun run;
         {
           py::gil_scoped_release no_gil;

@@ -46,15 +46,16 @@ torch::jit::Module checkpoint(const torch::jit::Module& module,
   };
   PartitionOptions partition_options;
   partition_options.max_stages = options.max_stages;
-  PartitionedClone cloned = partitionClone(module, partition_options, /*share_tensors=*/true);
+  PartitionedClone cloned =
+      partitionClone(module, partition_options, /*share_tensors=*/true, example_inputs);
   report("partitioned forward into " + std::to_string(cloned.partition.stages.size()) + " stages");
 
   const ChainArguments arguments =
       prologueArguments(cloned.module, cloned.partition, example_inputs);
   auto stages = chainStagesOf(cloned.partition);
-  Solution solution =
-      solveCosts(measuredCosts(stages, arguments, options, report), limit,
-                 {options.strategy, options.slots, options.segments}, inputShapes(arguments));
+  Solution solution = solveCosts(measuredCosts(stages, arguments, options, report), limit,
+                                 {options.strategy, options.slots, options.segments},
+                                 inputShapes(*stages, arguments));
   auto plan = c10::make_intrusive<Plan>(std::move(stages), std::move(solution));
   const Solution& s = plan->solution();
   report("solved (" + solver::toString(s.strategy) + "): predicted peak " +

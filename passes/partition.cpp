@@ -13,16 +13,20 @@ namespace jitckpt {
 
 using torch::jit::Graph;
 
-Partition partitionGraph(std::shared_ptr<Graph> graph, const PartitionOptions& options) {
+Partition partitionGraph(std::shared_ptr<Graph> graph, const PartitionOptions& options,
+                         const ValueBytes& bytes) {
   namespace steps = partition_steps;
   TORCH_CHECK(graph, "partition: null graph");
   steps::hoistAttributesAndConstants(*graph);  // 1
+  steps::splitMixedIfs(*graph);
   torch::jit::AliasDb alias_db(graph);
-  const steps::TopLevelNodes top = steps::listTopLevel(*graph);
-  const steps::CandidateCuts candidates = steps::findCandidateCuts(top, alias_db);  // 2
+  const size_t num_side_nodes = steps::hoistSideComputations(*graph, alias_db);  // 1b
+  const steps::TopLevelNodes top = steps::listTopLevel(*graph, num_side_nodes);
+  const steps::CandidateCuts candidates = steps::findCandidateCuts(top, alias_db, bytes);  // 2
 
   Partition partition;
   partition.graph = graph;
+  partition.bytes_measured = !bytes.empty();
   const std::vector<const steps::Cut*> chosen =  // 3, 4
       steps::chooseCuts(candidates, steps::countHeavyOps(top), options, partition.warnings);
   steps::buildStages(partition, top, chosen, alias_db);  // 5

@@ -5,8 +5,10 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/stages.h"
@@ -43,8 +45,17 @@ struct Partition {
   std::vector<torch::jit::Value*> chain_outputs;  // tensors of the last boundary, in graph
   std::vector<LiftedInput> lifted;
   std::vector<Stage> stages;
+  // What each boundary 0..L carries: bytes measured on example inputs, or (bytes_measured false)
+  // its tensor count.
+  std::vector<int64_t> boundary_bytes;
+  bool bytes_measured = false;
   std::vector<std::string> warnings;  // e.g. why there is only one stage
 };
+
+// Bytes of the top-level tensors of a graph, measured on example inputs (measureValueBytes, in
+// passes/value_bytes.h): the partition chooses cuts by the bytes they carry. Without them each
+// tensor counts as one unit.
+using ValueBytes = std::unordered_map<const torch::jit::Value*, int64_t>;
 
 struct PartitionOptions {
   int max_stages = 0;  // 0: no limit beyond the merge of tiny stages
@@ -55,6 +66,6 @@ struct PartitionOptions {
 
 // `graph` must be inlined (no prim::CallMethod / CallFunction); it is taken over, not copied.
 Partition partitionGraph(std::shared_ptr<torch::jit::Graph> graph,
-                         const PartitionOptions& options = {});
+                         const PartitionOptions& options = {}, const ValueBytes& bytes = {});
 
 }  // namespace jitckpt

@@ -4,8 +4,12 @@
 #include <c10/core/GradMode.h>
 
 #include <optional>
+#include <string>
+#include <unordered_map>
 
+#include "passes/graph_walk.h"
 #include "passes/inline_calls.h"
+#include "passes/value_bytes.h"
 #include "runtime/plan.h"
 
 namespace jitckpt {
@@ -46,6 +50,44 @@ torch::jit::Module deepClone(const torch::jit::Module& module) {
 
 }  // namespace
 
+void bindTensorListAttributes(const torch::jit::Module& module, torch::jit::Graph& graph) {
+  std::vector<torch::jit::Node*> list_reads;
+  for (torch::jit::Node* n : graph.nodes()) {
+    forEachNestedNode(n, [&](torch::jit::Node* m) {
+      if (m->kind() == c10::prim::GetAttr && *m->output()->type() == *c10::ListType::ofTensors())
+        list_reads.push_back(m);
+    });
+  }
+  for (torch::jit::Node* n : list_reads) {
+    const auto owner = attributeValue(module, n->input(0));
+    const auto list = attributeValue(module, n->output());
+    if (!owner || !owner->isObject() || !list || !list->isTensorList()) continue;
+    // The owner's tensor attributes, by the tensor they hold.
+    const auto& object = owner->toObjectRef();
+    const auto cls = object.type();
+    std::unordered_map<const c10::TensorImpl*, std::string> names;
+    for (size_t slot = 0; slot < cls->numAttributes(); ++slot) {
+      const c10::IValue& v = object.getSlot(slot);
+      if (v.isTensor() && v.toTensor().defined())
+        names.emplace(v.toTensor().unsafeGetTensorImpl(), cls->getAttributeName(slot));
+    }
+    std::vector<std::string> element_names;
+    for (const at::Tensor& t : list->toTensorList().vec()) {
+      auto it = t.defined() ? names.find(t.unsafeGetTensorImpl()) : names.end();
+      if (it == names.end()) break;
+      element_names.push_back(it->second);
+    }
+    if (element_names.size() != list->toTensorList().size()) continue;
+    torch::jit::WithInsertPoint guard(n);
+    std::vector<torch::jit::Value*> reads;
+    for (const auto& name : element_names) reads.push_back(graph.insertGetAttr(n->input(0), name));
+    torch::jit::Value* rebuilt =
+        graph.insertNode(graph.createList(c10::TensorType::get(), reads))->output();
+    n->output()->replaceAllUsesWith(rebuilt);
+    n->destroy();
+  }
+}
+
 void bindOptionalTensors(const torch::jit::Module& module, Partition& partition) {
   for (LiftedInput& l : partition.lifted) {
     if (l.kind == LiftedKind::Scalar || l.value->type()->kind() == c10::TypeKind::TensorType)
@@ -57,16 +99,21 @@ void bindOptionalTensors(const torch::jit::Module& module, Partition& partition)
   }
 }
 
-Partition partitionModule(const torch::jit::Module& module, const PartitionOptions& options) {
+Partition partitionModule(const torch::jit::Module& module, const PartitionOptions& options,
+                          const std::vector<c10::IValue>& example_inputs) {
   auto method = module.find_method("forward");
   TORCH_CHECK(method, "partition: the module has no forward method");
   auto graph = method->graph()->copy();
   inlineAllCalls(*graph);
-  return partitionGraph(graph, options);
+  bindTensorListAttributes(module, *graph);
+  const ValueBytes bytes =
+      example_inputs.empty() ? ValueBytes{} : measureValueBytes(module, *graph, example_inputs);
+  return partitionGraph(graph, options, bytes);
 }
 
 PartitionedClone partitionClone(const torch::jit::Module& module, const PartitionOptions& options,
-                                bool share_tensors) {
+                                bool share_tensors,
+                                const std::vector<c10::IValue>& example_inputs) {
   TORCH_CHECK(!module.hasattr(kPlanAttribute),
               "this module was already rewritten by jitckpt; "
               "call jitckpt.checkpoint on the original module instead");
@@ -76,7 +123,10 @@ PartitionedClone partitionClone(const torch::jit::Module& module, const Partitio
   // by the partition), so that rewriteChain's edits are the clone's forward.
   auto graph = clone.get_method("forward").graph();
   inlineAllCalls(*graph);
-  Partition partition = partitionGraph(graph, options);
+  bindTensorListAttributes(clone, *graph);
+  const ValueBytes bytes =
+      example_inputs.empty() ? ValueBytes{} : measureValueBytes(clone, *graph, example_inputs);
+  Partition partition = partitionGraph(graph, options, bytes);
   bindOptionalTensors(clone, partition);
   return {std::move(clone), std::move(partition)};
 }

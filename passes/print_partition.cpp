@@ -64,6 +64,10 @@ void printPartition(std::ostream& out, const Partition& partition) {
     const Stage& stage = partition.stages[s];
     out << "stage " << s << " \"" << stage.label << "\"";
     if (stage.writes_activation_input) out << " writes-input";
+    if (s < partition.boundary_bytes.size()) {
+      out << "  (boundary " << partition.boundary_bytes[s]
+          << (partition.bytes_measured ? " B)" : " tensor(s))");
+    }
     out << "\n  inputs: ";
     std::vector<torch::jit::Value*> inputs(
         stage.graph->inputs().begin(), stage.graph->inputs().begin() + stage.num_activation_inputs);
@@ -75,6 +79,10 @@ void printPartition(std::ostream& out, const Partition& partition) {
       for (size_t k : stage.mutated_lifted) out << " " << partition.lifted[k].name;
     }
     out << "\n  outputs: ";
+    if (s + 1 == partition.stages.size() && s + 1 < partition.boundary_bytes.size()) {
+      out << "(boundary " << partition.boundary_bytes[s + 1]
+          << (partition.bytes_measured ? " B) " : " tensor(s)) ");
+    }
     std::vector<torch::jit::Value*> outputs(stage.graph->outputs().begin(),
                                             stage.graph->outputs().end());
     printValues(out, outputs);

@@ -7,27 +7,10 @@
 
 #include <unordered_map>
 
+#include "passes/buffer_guard.h"
+
 namespace jitckpt {
 namespace {
-
-// Restores every buffer of a module (recursively) on destruction: the prologue may update some.
-class ModuleBufferGuard {
- public:
-  explicit ModuleBufferGuard(const torch::jit::Module& module) {
-    for (const auto& buffer : module.named_buffers(/*recurse=*/true)) {
-      if (buffer.value.defined()) saved_.emplace_back(buffer.value, buffer.value.detach().clone());
-    }
-  }
-  ~ModuleBufferGuard() {
-    torch::NoGradGuard no_grad;
-    for (auto& [live, copy] : saved_) live.detach().copy_(copy);
-  }
-  ModuleBufferGuard(const ModuleBufferGuard&) = delete;
-  ModuleBufferGuard& operator=(const ModuleBufferGuard&) = delete;
-
- private:
-  std::vector<std::pair<at::Tensor, at::Tensor>> saved_;
-};
 
 ChainArguments splitArguments(const Partition& partition, const std::vector<c10::IValue>& stack) {
   ChainArguments arguments;

@@ -22,7 +22,7 @@ class ProfilingReplanner final : public Replanner {
     try {
       return c10::make_intrusive<Plan>(
           planned.sharedStages(), solveCosts(std::move(costs), limit, {old.strategy, old.slots, 0},
-                                             inputShapes(arguments)));
+                                             inputShapes(planned.stages(), arguments)));
     } catch (const c10::Error& e) {
       TORCH_CHECK(false, "jitckpt: the plan's memory limit cannot hold the new input shapes: ",
                   e.what_without_backtrace(),

@@ -52,7 +52,7 @@ std::shared_ptr<const ChainStages> stagesFromState(const Json& meta,
               " lifted names but ", kinds.size(), " kinds");
   std::vector<LiftedSpec> lifted;
   for (size_t k = 0; k < names.size(); ++k) {
-    TORCH_CHECK(kinds[k] >= 0 && kinds[k] <= static_cast<int>(LiftedKind::Scalar),
+    TORCH_CHECK(kinds[k] >= 0 && kinds[k] <= static_cast<int>(LiftedKind::Side),
                 "corrupt jitckpt plan: unknown lifted kind ", kinds[k]);
     lifted.push_back({names[k], static_cast<LiftedKind>(kinds[k])});
   }

@@ -32,7 +32,7 @@ void PlanVariants::add(const std::vector<std::vector<int64_t>>& shapes,
 
 c10::intrusive_ptr<Plan> planForArguments(const c10::intrusive_ptr<Plan>& plan,
                                           const ChainArguments& arguments) {
-  const auto shapes = inputShapes(arguments);
+  const auto shapes = inputShapes(plan->stages(), arguments);
   const auto& planned = plan->solution().input_shapes;
   if (planned.empty() || shapes == planned) return plan;
   PlanVariants& variants = plan->variants();

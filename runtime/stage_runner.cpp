@@ -25,11 +25,33 @@ void accumulateIntoGrad(const at::Tensor& variable, at::Tensor gradient) {
   }
 }
 
+// Whether `v` is, or holds in a list, tuple or dict, a tensor that requires grad.
+bool holdsTensorRequiringGrad(const c10::IValue& v) {
+  bool found = false;
+  v.visit([&](const c10::IValue& inner) {
+    if (inner.isTensor() && inner.toTensor().defined() && inner.toTensor().requires_grad())
+      found = true;
+    return found;  // true: stop descending
+  });
+  return found;
+}
+
 }  // namespace
 
-std::vector<std::vector<int64_t>> inputShapes(const ChainArguments& arguments) {
+std::vector<std::vector<int64_t>> inputShapes(const ChainStages& stages,
+                                              const ChainArguments& arguments) {
   std::vector<std::vector<int64_t>> shapes;
   for (const auto& t : arguments.inputs) shapes.push_back(t.sizes().vec());
+  for (size_t k = 0; k < stages.lifted().size(); ++k) {
+    const size_t position = stages.position(k);
+    if (stages.lifted()[k].kind == LiftedKind::Side && position < arguments.lifted_tensors.size()) {
+      shapes.push_back(arguments.lifted_tensors[position].sizes().vec());
+    } else if (stages.lifted()[k].kind == LiftedKind::Scalar &&
+               position < arguments.lifted_scalars.size() &&
+               arguments.lifted_scalars[position].isTensor()) {
+      shapes.push_back(arguments.lifted_scalars[position].toTensor().sizes().vec());
+    }
+  }
   return shapes;
 }
 
@@ -52,6 +74,15 @@ StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArgumen
               "jitckpt::chain: got ", arguments_.inputs.size(),
               " chain inputs for a plan whose first stage takes ",
               stages_->stage(1).num_activation_inputs);
+  for (size_t k = 0; k < stages_->lifted().size(); ++k) {
+    if (stages_->lifted()[k].kind != LiftedKind::Scalar) continue;
+    TORCH_CHECK(
+        !holdsTensorRequiringGrad(arguments_.lifted_scalars[stages_->position(k)]),
+        "jitckpt::chain: '", stages_->lifted()[k].name,
+        "' holds a tensor that requires grad but reaches the chain inside an Optional, list, "
+        "tuple or object, through which jitckpt cannot return a gradient; pass it as a "
+        "Tensor (a parameter, buffer or forward input)");
+  }
   auto noteDevice = [&](const at::Tensor& t) {
     if (t.defined() && !t.is_cpu() &&
         std::find(devices_.begin(), devices_.end(), t.device()) == devices_.end()) {

@@ -38,8 +38,10 @@ struct ChainArguments {
   std::vector<c10::IValue> lifted_scalars;
 };
 
-// The shapes of the chain inputs: the key a plan is made for.
-std::vector<std::vector<int64_t>> inputShapes(const ChainArguments& arguments);
+// The key a plan is made for: the shapes of the chain inputs, then of the side tensors and of the
+// tensors among the lifted scalars (a padding mask), in order.
+std::vector<std::vector<int64_t>> inputShapes(const ChainStages& stages,
+                                              const ChainArguments& arguments);
 
 // abar^l: the detached inputs of a recorded run (leaves, requiring grad where a gradient flows)
 // and its outputs with their autograd graph.
@@ -61,7 +63,8 @@ class StageRunner {
   enum class BufferWrites { FirstRunUpdates, Scratch };
 
   // Throws (TORCH_CHECK) when the arguments do not match the stages (counts of inputs, lifted
-  // tensors and scalars).
+  // tensors and scalars), or when a lifted scalar is a tensor that requires grad (no gradient
+  // could reach it).
   StageRunner(std::shared_ptr<const ChainStages> stages, ChainArguments arguments,
               BufferWrites buffer_writes);
 

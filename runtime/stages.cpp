@@ -26,6 +26,8 @@ std::string toString(LiftedKind kind) {
       return "buffer";
     case LiftedKind::Scalar:
       return "scalar";
+    case LiftedKind::Side:
+      return "side";
   }
   return "?";
 }

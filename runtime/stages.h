@@ -14,10 +14,13 @@
 
 namespace jitckpt {
 
-// A value a stage reads that is not an activation: parameters, buffers, and non-tensor values such
-// as the `training` flag (an Optional[Tensor] attribute holding None travels as a scalar). Lifted
-// values are never counted as activation memory.
-enum class LiftedKind { Parameter, Buffer, Scalar };
+// A value a stage reads that is not an activation: parameters, buffers, non-tensor values such as
+// the `training` flag (an Optional[Tensor] attribute holding None travels as a scalar), and side
+// tensors: model inputs or values computed before the chain that several stages read (an attention
+// mask, position embeddings, a second input), held once for the whole call; when one requires
+// grad, its gradient is the sum over the stages that read it. Lifted values are never counted as
+// activation memory.
+enum class LiftedKind { Parameter, Buffer, Scalar, Side };
 std::string toString(LiftedKind kind);
 
 struct LiftedSpec {

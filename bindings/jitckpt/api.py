@@ -96,9 +96,14 @@ def plan(module: torch.jit.ScriptModule) -> Dict[str, Any]:
     return _C.plan_info(module._c)
 
 
-def partition(module: torch.jit.ScriptModule, max_stages: int = 0) -> Dict[str, Any]:
-    """How checkpoint() would cut `module` into stages (labels, boundary counts, text form)."""
-    return _C.partition(_script(module)._c, max_stages)
+def partition(module: torch.jit.ScriptModule, example_inputs: Sequence[Any] = (),
+              max_stages: int = 0) -> Dict[str, Any]:
+    """How checkpoint() would cut `module` into stages: labels, lifted values (parameters,
+    buffers, side tensors such as masks), the bytes each boundary carries on `example_inputs`
+    (tensor counts without them), and the text form with the reasons for single-stage chains."""
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    return _C.partition(_script(module)._c, tuple(example_inputs), max_stages)
 
 
 class cpu_memory:

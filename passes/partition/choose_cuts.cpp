@@ -1,5 +1,7 @@
 // Steps 3 and 4 of the partition pass: the granularity rule, max_stages, the single-stage fallback.
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <string>
 #include <unordered_set>
 
@@ -8,9 +10,15 @@
 namespace jitckpt::partition_steps {
 namespace {
 
+// What choosing cut `c` costs: its bytes, twice when a later node writes its boundary in place
+// and the runtime has to copy it.
+int64_t cost(const Cut& c, bool move_off_writes) {
+  return move_off_writes && c.written_later ? 2 * c.bytes : c.bytes;
+}
+
 // Inner cuts: one per gap between two consecutive heavy ops (candidates with the same heavy-op
-// count before them), none before the first or after the last heavy op; in each gap the latest
-// cut, or with `move_off_writes` the latest one whose boundary is never written in place.
+// count before them), none before the first or after the last heavy op; in each gap the cheapest
+// cut, the latest of equals.
 std::vector<const Cut*> cutPerGap(const std::vector<Cut>& kept, const HeavyOpCounts& heavy,
                                   bool move_off_writes) {
   const size_t first = kept.front().position, last = kept.back().position;
@@ -21,11 +29,9 @@ std::vector<const Cut*> cutPerGap(const std::vector<Cut>& kept, const HeavyOpCou
            heavy.before[kept[gap_end].position] == heavy.before[kept[k].position]) {
       ++gap_end;
     }
-    const Cut* pick = &kept[gap_end - 1];
-    if (move_off_writes) {
-      for (size_t j = k; j < gap_end; ++j) {
-        if (!kept[j].written_later) pick = &kept[j];
-      }
+    const Cut* pick = &kept[k];
+    for (size_t j = k; j < gap_end; ++j) {
+      if (cost(kept[j], move_off_writes) <= cost(*pick, move_off_writes)) pick = &kept[j];
     }
     if (heavy.between(first, pick->position) > 0 && heavy.between(pick->position, last) > 0) {
       chosen.push_back(pick);
@@ -34,6 +40,43 @@ std::vector<const Cut*> cutPerGap(const std::vector<Cut>& kept, const HeavyOpCou
   }
   if (kept.size() > 1 && last > first) chosen.push_back(&kept.back());
   return chosen;
+}
+
+// Whether `c` carries a tensor that `earlier` carries too: the identity of a residual block, the
+// residual stream of a transformer block, a skip.
+bool carriesOn(const Cut& c, const Cut& earlier) {
+  for (const Value* v : c.live) {
+    if (std::find(earlier.live.begin(), earlier.live.end(), v) != earlier.live.end()) return true;
+  }
+  return false;
+}
+
+// Drops runs of equal inner cuts that carry on a tensor of the cut before them and kHumpRatio
+// times what either neighbour carries, the largest first, until none is left (see chooseCuts).
+constexpr double kHumpRatio = 1.2;
+
+std::vector<const Cut*> withoutHumps(std::vector<const Cut*> chosen) {
+  while (true) {
+    size_t worst_begin = 0, worst_end = 0;  // the run [begin, end) to drop
+    for (size_t i = 1; i + 1 < chosen.size();) {
+      size_t j = i;
+      while (j + 2 < chosen.size() && chosen[j + 1]->bytes == chosen[i]->bytes) ++j;
+      const int64_t b = chosen[i]->bytes;
+      bool carried = true;
+      for (size_t k = i; k <= j; ++k) carried = carried && carriesOn(*chosen[k], *chosen[i - 1]);
+      const int64_t neighbours = std::max(chosen[i - 1]->bytes, chosen[j + 1]->bytes);
+      const bool hump =
+          carried && static_cast<double>(b) >= kHumpRatio * static_cast<double>(neighbours);
+      if (hump && (worst_end == 0 || b > chosen[worst_begin]->bytes)) {
+        worst_begin = i;
+        worst_end = j + 1;
+      }
+      i = j + 1;
+    }
+    if (worst_end == 0) return chosen;
+    chosen.erase(chosen.begin() + static_cast<std::ptrdiff_t>(worst_begin),
+                 chosen.begin() + static_cast<std::ptrdiff_t>(worst_end));
+  }
 }
 
 // At most max_stages: keeps the cuts that best balance the heavy-op count of the chain
@@ -105,7 +148,8 @@ std::vector<const Cut*> chooseCuts(const CandidateCuts& candidates, const HeavyO
                                    std::vector<std::string>& warnings) {
   const std::vector<Cut>& kept = candidates.cuts;
   const size_t first = kept.front().position, last = kept.back().position;
-  std::vector<const Cut*> chosen = cutPerGap(kept, heavy, options.move_cuts_off_inplace_writes);
+  std::vector<const Cut*> chosen =
+      withoutHumps(cutPerGap(kept, heavy, options.move_cuts_off_inplace_writes));
   if (options.max_stages > 0 && chosen.size() > static_cast<size_t>(options.max_stages) + 1) {
     chosen = balanceStages(chosen, first, last, heavy, options.max_stages);
   }
@@ -116,10 +160,10 @@ std::vector<const Cut*> chooseCuts(const CandidateCuts& candidates, const HeavyO
   TORCH_CHECK(first != last,
               "partition: forward has no two positions where only tensors are live, so "
               "there is no chain to checkpoint (is forward a single operation?)");
-  const std::string why = "no usable cut: no position inside the chain carries only " +
-                          std::to_string(candidates.fewest) +
-                          " tensor(s) between two compute-heavy ops, so the chain has a single "
-                          "stage (checkpointing cannot save memory on it)";
+  const std::string why =
+      "no usable cut: the chain has no position between two compute-heavy ops where only "
+      "tensors are live (a list, dict or object, or a value another branch may leave unset, "
+      "crosses every one), so it has a single stage (checkpointing cannot save memory on it)";
   warnings.push_back(why);
   TORCH_WARN_ONCE("jitckpt partition: ", why);
   return {&kept.front(), &kept.back()};

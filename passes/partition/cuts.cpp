@@ -1,8 +1,11 @@
 // Step 2 of the partition pass: the top-level positions and the candidate cuts between them.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <unordered_set>
 
+#include "passes/graph_walk.h"
 #include "passes/partition/steps.h"
 
 namespace jitckpt::partition_steps {
@@ -11,8 +14,8 @@ namespace {
 namespace prim = c10::prim;
 
 // Immutable non-tensor values that can be handed to the chain op as lifted scalars.
-bool isImmutableScalar(const Value* v) {
-  switch (v->type()->kind()) {
+bool isImmutableScalar(const c10::TypePtr& type) {
+  switch (type->kind()) {
     case c10::TypeKind::IntType:
     case c10::TypeKind::FloatType:
     case c10::TypeKind::BoolType:
@@ -25,6 +28,24 @@ bool isImmutableScalar(const Value* v) {
   }
 }
 
+// Non-tensor values defined before the chain that the op can take as lifted scalars: immutable
+// scalars, and Optional, List and Tuple of them or of tensors (a padding mask that may be None,
+// a shape) that nothing writes.
+bool isLiftableBeforeChain(Value* v, const torch::jit::AliasDb& alias_db) {
+  std::function<bool(const c10::TypePtr&)> liftable = [&](const c10::TypePtr& type) {
+    if (isImmutableScalar(type) || type->kind() == c10::TypeKind::TensorType) return true;
+    const auto kind = type->kind();
+    if (kind != c10::TypeKind::OptionalType && kind != c10::TypeKind::ListType &&
+        kind != c10::TypeKind::TupleType)
+      return false;
+    for (const auto& contained : type->containedTypes()) {
+      if (!liftable(contained)) return false;
+    }
+    return true;
+  };
+  return liftable(v->type()) && !alias_db.hasWriters(v);
+}
+
 // The top-level node that contains `n` (itself when top-level).
 Node* topLevelOwner(Node* n, const torch::jit::Block* top) {
   while (n->owningBlock() != top) n = n->owningBlock()->owningNode();
@@ -32,42 +53,87 @@ Node* topLevelOwner(Node* n, const torch::jit::Block* top) {
 }
 
 // A value crosses the cut before nodes[pos] when it is defined at or before pos and used by
-// nodes[pos] or later. The chain starts at the first position where only tensors and immutable
-// scalars cross; scalars defined by then are lifted, and any other non-tensor makes a cut
-// invalid.
-std::vector<Cut> validCuts(const TopLevelNodes& top) {
+// nodes[pos] or later. The chain starts at the first position from chain_begin where only tensors
+// and values that can be lifted cross. Tensors defined by then that do not carry the main inputs'
+// data are side values, lifted like attributes (when none does, all are carried). Any other
+// non-tensor defined before the chain makes a cut invalid, and so does any non-tensor defined in
+// it.
+std::vector<Cut> validCuts(const TopLevelNodes& top, const torch::jit::AliasDb& alias_db,
+                           size_t start_from) {
   std::vector<Cut> cuts;
   std::optional<size_t> chain_start;
-  for (size_t pos = 0; pos <= top.end; ++pos) {
-    Cut cut{pos, {}, false};
+  std::unordered_set<const Value*> carried_from_before;  // pre-chain tensors in boundaries
+  for (size_t pos = start_from; pos <= top.end; ++pos) {
+    Cut cut{pos, {}, 0, false};
     bool valid = true;
     for (size_t k = 0; k < top.values.size() && valid; ++k) {
       Value* v = top.values[k];
       const auto& range = top.ranges[k];
       if (v->uses().empty() || top.isHoisted(v)) continue;
       if (!(range.first <= pos && pos <= range.second)) continue;
-      if (isTensor(v)) {
-        cut.live.push_back(v);
-      } else if (!isImmutableScalar(v) || (chain_start && range.first > *chain_start)) {
+      const bool before_chain = !chain_start || range.first <= *chain_start;
+      if (v->node()->kind() != prim::Param && mayBeUninitialized(v->node(), v->offset())) {
+        valid = false;  // may hold no tensor: an early return's placeholder
+      } else if (isTensor(v)) {
+        if (!chain_start || !before_chain || carried_from_before.count(v)) cut.live.push_back(v);
+      } else if (!before_chain || !isLiftableBeforeChain(v, alias_db)) {
         valid = false;
       }
     }
     if (!valid || cut.live.empty()) continue;
-    if (!chain_start) chain_start = pos;
+    if (!chain_start) {
+      chain_start = pos;
+      std::vector<Value*> main;
+      for (Value* v : cut.live) {
+        if (top.from_main.count(v)) main.push_back(v);
+      }
+      if (!main.empty()) cut.live = main;
+      carried_from_before.insert(cut.live.begin(), cut.live.end());
+    }
     cuts.push_back(std::move(cut));
   }
   return cuts;
 }
 
-// The fewest tensors a cut carries, counted over the inner cuts: the ends may carry fewer (a mask
-// dropped at the end) or more (two inputs merged by the first op).
-size_t fewestTensors(const std::vector<Cut>& cuts) {
-  size_t fewest = SIZE_MAX;
-  for (size_t k = 1; k + 1 < cuts.size(); ++k) fewest = std::min(fewest, cuts[k].live.size());
-  if (fewest == SIZE_MAX) {
-    for (const Cut& c : cuts) fewest = std::min(fewest, c.live.size());
+// How many heavy ops the chain of `cuts` can separate: the gaps between heavy ops that hold a cut.
+size_t separableGaps(const std::vector<Cut>& cuts, const HeavyOpCounts& heavy) {
+  std::unordered_set<int> gaps;
+  for (const Cut& c : cuts) gaps.insert(heavy.before[c.position]);
+  return gaps.size();
+}
+
+// The chain starts at the first position where it can; a later start can lift more values
+// computed before it (a flag or an optional mask that forward derives from its first layer's
+// output, as nn.TransformerEncoder does), so that more cuts become valid. Later starts up to the
+// first kMaxStartDelay positions are tried on graphs small enough to search.
+constexpr size_t kMaxStartDelay = 64;
+constexpr size_t kMaxSearchedPositions = 4000;
+
+std::vector<Cut> bestValidCuts(const TopLevelNodes& top, const torch::jit::AliasDb& alias_db) {
+  std::vector<Cut> best = validCuts(top, alias_db, top.chain_begin);
+  if (best.empty() || top.end > kMaxSearchedPositions) return best;
+  const HeavyOpCounts heavy = countHeavyOps(top);
+  size_t best_gaps = separableGaps(best, heavy);
+  const size_t first = best.front().position;
+  for (size_t start = first + 1; start <= std::min(top.end, first + kMaxStartDelay); ++start) {
+    std::vector<Cut> cuts = validCuts(top, alias_db, start);
+    const size_t gaps = cuts.empty() ? 0 : separableGaps(cuts, heavy);
+    if (gaps > best_gaps) {
+      best = std::move(cuts);
+      best_gaps = gaps;
+    }
   }
-  return fewest;
+  return best;
+}
+
+int64_t boundaryBytes(const std::vector<Value*>& live, const ValueBytes& bytes) {
+  if (bytes.empty()) return static_cast<int64_t>(live.size());
+  int64_t total = 0;
+  for (const Value* v : live) {
+    auto it = bytes.find(v);
+    if (it != bytes.end()) total += it->second;  // else never holds data (see value_bytes.h)
+  }
+  return total;
 }
 
 }  // namespace
@@ -91,8 +157,9 @@ size_t TopLevelNodes::definedAt(const Value* v) const {
   return v->node() == graph->param_node() ? 0 : index.at(v->node()) + 1;
 }
 
-TopLevelNodes listTopLevel(Graph& graph) {
+TopLevelNodes listTopLevel(Graph& graph, size_t num_side_nodes) {
   TopLevelNodes top;
+  top.chain_begin = num_side_nodes;
   top.graph = &graph;
   top.block = graph.block();
   top.self = graph.inputs()[0];
@@ -114,20 +181,29 @@ TopLevelNodes listTopLevel(Graph& graph) {
   for (Value* v : top.values) {
     top.ranges.push_back({top.definedAt(v), v->uses().empty() ? 0 : top.lastUse(v)});
   }
+  top.from_main = valuesFromMainInputs(top);
   return top;
 }
 
-CandidateCuts findCandidateCuts(const TopLevelNodes& top, const torch::jit::AliasDb& alias_db) {
+CandidateCuts findCandidateCuts(const TopLevelNodes& top, const torch::jit::AliasDb& alias_db,
+                                const ValueBytes& bytes) {
   CandidateCuts candidates;
-  std::vector<Cut> cuts = validCuts(top);
-  candidates.fewest = fewestTensors(cuts);
-  for (Cut& c : cuts) {
-    if (c.live.size() <= candidates.fewest) candidates.cuts.push_back(std::move(c));
+  candidates.cuts = bestValidCuts(top, alias_db);
+  // Most nodes write nothing in place: only the others are asked, for each cut.
+  std::vector<size_t> writers;
+  for (size_t i = 0; i < top.end; ++i) {
+    bool writes = false;
+    forEachNestedNode(top.nodes[i], [&](Node* n) {
+      writes = writes || !n->maybeSchema() || !directlyWrittenInputs(n).empty();
+    });
+    if (writes) writers.push_back(i);
   }
   for (Cut& c : candidates.cuts) {
-    for (size_t i = c.position; i < top.end && !c.written_later; ++i) {
-      c.written_later = writesToActivation(
-          top.nodes[i], torch::jit::ValueSet(c.live.begin(), c.live.end()), alias_db);
+    c.bytes = boundaryBytes(c.live, bytes);
+    const torch::jit::ValueSet live(c.live.begin(), c.live.end());
+    auto w = std::lower_bound(writers.begin(), writers.end(), c.position);
+    for (; w != writers.end() && !c.written_later; ++w) {
+      c.written_later = writesToActivation(top.nodes[*w], live, alias_db);
     }
   }
   TORCH_CHECK(!candidates.cuts.empty(),

@@ -22,8 +22,8 @@ class LiftedInputs {
   LiftedInputs(const TopLevelNodes& top, size_t region_begin, std::vector<LiftedInput>& lifted)
       : top_(top), region_begin_(region_begin), lifted_(lifted) {}
 
-  // The index into Partition::lifted of `v`, added on first read: a hoisted attribute, or a
-  // non-tensor defined before the region (a prologue scalar). nullopt for anything else.
+  // The index into Partition::lifted of `v`, added on first read: a hoisted attribute, or a value
+  // defined before the region that is not a boundary tensor. nullopt for anything else.
   std::optional<size_t> liftedOf(Value* v) {
     auto it = index_.find(v);
     if (it != index_.end()) return it->second;
@@ -38,8 +38,11 @@ class LiftedInputs {
           return k;
         }
       }
-    } else if (!isTensor(v) && !top_.isHoisted(v) && top_.definedAt(v) <= region_begin_) {
+    } else if (!top_.isHoisted(v) && top_.definedAt(v) <= region_begin_) {
+      // A model input or a value computed before the chain: a side tensor (a mask, position
+      // embeddings), or a scalar, Optional[Tensor] or list.
       lifted.name = v->debugName();
+      if (isTensor(v)) lifted.kind = LiftedKind::Side;
     } else {
       return std::nullopt;
     }
@@ -108,7 +111,7 @@ class StageGraphBuilder {
     }
     auto lifted = lifted_.liftedOf(v);
     TORCH_CHECK(lifted, "partition: stage ", s_, " reads value %", v->debugName(),
-                " that is neither a boundary tensor, an attribute, nor a scalar defined before the "
+                " that is neither a boundary tensor, an attribute, nor a value defined before the "
                 "chain; please report this model");
     for (size_t k = 0; k < stage_.lifted.size(); ++k) {
       if (stage_.lifted[k] == *lifted) {
@@ -189,6 +192,7 @@ void buildStages(Partition& partition, const TopLevelNodes& top,
   partition.last_node = top.nodes[region_end - 1];
   partition.chain_inputs = chosen.front()->live;
   partition.chain_outputs = chosen.back()->live;
+  for (const Cut* c : chosen) partition.boundary_bytes.push_back(c->bytes);
   for (size_t s = 0; s + 1 < chosen.size(); ++s) {
     partition.stages.push_back(buildStage(top, *chosen[s], *chosen[s + 1], s, lifted, alias_db));
   }

@@ -1,10 +1,14 @@
 // The steps of the partition pass, which partitionGraph (passes/partition.cpp) runs in order:
 //   1. hoistAttributesAndConstants (hoist.cpp): takes the inlined graph; moves GetAttr chains and
-//      constants to its front. listTopLevel (cuts.cpp) then numbers the nodes after them.
-//   2. findCandidateCuts (cuts.cpp): takes the top-level nodes; returns the cuts that carry the
-//      fewest tensors, each marked when a later node writes its boundary in place.
-//   3-4. chooseCuts (choose_cuts.cpp): takes the candidates; returns the chain's boundaries: one
-//      cut per gap between heavy ops, balanced down to max_stages, or a single stage.
+//      constants to its front. 1b. hoistSideComputations (side.cpp) moves after them what does
+//      not read the main inputs' data (masks, position ids). listTopLevel (cuts.cpp) then numbers
+//      the nodes after the constants.
+//   2. findCandidateCuts (cuts.cpp): takes the top-level nodes; returns every valid cut with the
+//      boundary tensors it carries and their bytes, each marked when a later node writes its
+//      boundary in place.
+//   3-4. chooseCuts (choose_cuts.cpp): takes the candidates; returns the chain's boundaries: the
+//      cheapest cut per gap between heavy ops, without cuts that carry much more than their
+//      neighbours, balanced down to max_stages, or a single stage.
 //   5. buildStages (stages.cpp): takes the boundaries; fills the Partition with the region, the
 //      lifted inputs and one standalone graph per stage; labelStagesByModule (labels.cpp) names
 //      the stages after the modules whose parameters they read.
@@ -14,8 +18,10 @@
 #include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -47,6 +53,25 @@ std::string attributePath(const Value* v);
 // Parameter, buffer, or scalar (non-tensor, or an Optional[Tensor] attribute that is no buffer).
 LiftedKind attributeKind(const Value* v);
 
+// ---- 1b. Side computations (side.cpp) ----
+
+// Whether values of `type` can hold tensors (Tensor, Optional[Tensor], List[Tensor], tuples).
+bool containsTensor(const c10::TypePtr& type);
+
+// Splits each pure top-level If that yields both tensors and other values (flags, optional masks)
+// in two, one per kind, each with only the code its outputs need, so that the second may move
+// before the chain (nn.TransformerEncoder's padding-mask preparation yields the mask for its
+// layers together with the converted input). Runs before AliasDb is built.
+void splitMixedIfs(Graph& graph);
+
+// The main inputs are the graph inputs whose data reaches the first heavy op that reads any
+// input's data (the image, the token ids). Moves, in order, the top-level nodes that can run before
+// the chain because they read no main input's data (only shapes, attributes, constants, other
+// inputs and values so moved: a causal mask, position ids and their embedding, a canonical padding
+// mask) to just after the hoisted prefix; never random ops, writes, or reads of values written in
+// place. Returns how many moved (listTopLevel's first positions).
+size_t hoistSideComputations(Graph& graph, const torch::jit::AliasDb& alias_db);
+
 // ---- Top-level positions (cuts.cpp) ----
 
 // The top-level nodes after the hoisted prefix. Position p is the gap before nodes[p]; `end`
@@ -63,6 +88,12 @@ struct TopLevelNodes {
   // each, [definedAt, lastUse] (0 as last use when unused).
   std::vector<Value*> values;
   std::vector<std::pair<size_t, size_t>> ranges;
+  // Positions before chain_begin hold the side computations; the chain starts at or after it.
+  size_t chain_begin = 0;
+  // Values that carry the main inputs' data (see hoistSideComputations). A tensor defined before
+  // the chain that is not one of them is a side value: handed to the stages that read it, never
+  // part of a boundary.
+  std::unordered_set<const Value*> from_main;
 
   // `self`, or a GetAttr or constant of the hoisted prefix.
   bool isHoisted(const Value* v) const;
@@ -72,29 +103,33 @@ struct TopLevelNodes {
   size_t definedAt(const Value* v) const;
 };
 
-// Call after hoistAttributesAndConstants.
-TopLevelNodes listTopLevel(Graph& graph);
+// Call after hoistAttributesAndConstants; `num_side_nodes` from hoistSideComputations.
+TopLevelNodes listTopLevel(Graph& graph, size_t num_side_nodes = 0);
+
+// The values of `top` that carry the main inputs' data (side.cpp).
+std::unordered_set<const Value*> valuesFromMainInputs(const TopLevelNodes& top);
 
 // ---- 2. Candidate cuts (cuts.cpp) ----
 
 struct Cut {
   size_t position;             // index into `nodes`: the cut is before nodes[position]
   std::vector<Value*> live;    // boundary tensors, in a stable order
+  int64_t bytes = 0;           // what they hold (ValueBytes; one unit per tensor without sizes)
   bool written_later = false;  // a later node writes a boundary tensor in place
 };
 
 struct CandidateCuts {
   std::vector<Cut> cuts;  // by position; never empty
-  size_t fewest = 0;      // the tensor count that the inner cuts carry
 };
 
 // A position is a valid cut when every value live across it (defined before, used after) is a
-// tensor, apart from lifted values and immutable scalars defined before the chain, which starts
-// at the first valid cut. Only cuts carrying the fewest tensors are kept (one in CNNs, so never
-// inside a residual block where the identity is live too; the mask and the hidden state in
-// transformers). Writes are judged with AliasDb in the method graph (see writesToActivation).
-// Throws when no position has only tensors live.
-CandidateCuts findCandidateCuts(const TopLevelNodes& top, const torch::jit::AliasDb& alias_db);
+// tensor, apart from values defined before the chain, which starts at the first valid cut at or
+// after chain_begin: side tensors (not from the main inputs) and non-tensors that nothing writes
+// (scalars, Optional[Tensor], lists of ints) are lifted, not carried. Writes are judged with
+// AliasDb in the method graph (see writesToActivation). Throws when no position has only tensors
+// live.
+CandidateCuts findCandidateCuts(const TopLevelNodes& top, const torch::jit::AliasDb& alias_db,
+                                const ValueBytes& bytes);
 
 // ---- 3-4. Choose cuts (choose_cuts.cpp) ----
 
@@ -107,10 +142,14 @@ HeavyOpCounts countHeavyOps(const TopLevelNodes& top);
 
 // Returns the chain's boundaries, the first and last candidates included. 3. Granularity: a stage
 // holds at least one heavy op, and at most one cut sits in each gap between two consecutive heavy
-// ops: the latest one, so the norm, activation and pooling after a layer stay in its stage (in a
-// ResNet, one stage per residual block plus the stem and the classifier). With
-// move_cuts_off_inplace_writes, the latest cut of the gap whose boundary nothing writes in place
-// when there is one; otherwise the writing stage gets marked (step 5).
+// ops: the one carrying the fewest bytes, the latest of equals, so the norm, activation and
+// pooling after a layer stay in its stage. With move_cuts_off_inplace_writes, a boundary that a
+// later node writes in place counts twice (the runtime copies it); otherwise the writing stage
+// gets marked (step 5). Then runs of equal cuts that carry on a tensor of the cut before them and
+// kHumpRatio times what both neighbours carry are dropped, until none is left: in a ResNet the
+// cuts inside a residual block (identity and branch) go, leaving one stage per block; in a
+// transformer block those beside the attention scores go, leaving the residual stream; the skips
+// of a U-Net grow slowly from cut to cut and stay.
 // 4. `max_stages` then keeps the cuts that best balance the heavy-op count. With no usable cut the
 // whole region is one stage and a warning goes to `warnings`; throws when it is empty.
 std::vector<const Cut*> chooseCuts(const CandidateCuts& candidates, const HeavyOpCounts& heavy,

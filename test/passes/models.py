@@ -70,13 +70,14 @@ class WithBatchNorm(nn.Module):
 
 
 class TwoTensorBoundary(nn.Module):
-    """Carries a mask beside the hidden state through every layer, as transformers do."""
+    """Carries a gate computed from the input beside the hidden state through every layer."""
 
     def __init__(self):
         super().__init__()
         self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(3)])
 
-    def forward(self, x, mask):
+    def forward(self, x):
+        mask = torch.sigmoid(x)
         for layer in self.layers:
             x = layer(x) * mask
         return x
@@ -143,10 +144,55 @@ class PrologueEpilogue(nn.Module):
         return torch.softmax(y, 1), y
 
 
+class MaskedBlocks(nn.Module):
+    """Three attention-like blocks that all read a mask passed to forward, and a mask built in
+    forward from the input's length: both are side values, not boundary tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(8, 8) for _ in range(3)])
+
+    def forward(self, x, mask):
+        causal = torch.triu(torch.ones(x.size(1), x.size(1)), 1) * -1e4
+        for block in self.blocks:
+            scores = torch.matmul(block(x), x.transpose(1, 2)) + mask + causal
+            x = x + torch.matmul(torch.softmax(scores, -1), x)
+        return x
+
+
+class SkipNet(nn.Module):
+    """A two-level U-Net: the skips are live across the cuts of the bottom, so those cuts carry
+    several tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.e1, self.e2 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 16, 3, padding=1)
+        self.b1, self.b2 = nn.Conv2d(16, 16, 3, padding=1), nn.Conv2d(16, 16, 3, padding=1)
+        self.d2, self.d1 = nn.Conv2d(32, 8, 3, padding=1), nn.Conv2d(16, 4, 3, padding=1)
+
+    def forward(self, x):
+        s1 = torch.relu(self.e1(x))
+        s2 = torch.relu(self.e2(F.max_pool2d(s1, 2)))
+        h = torch.relu(self.b2(torch.relu(self.b1(F.max_pool2d(s2, 2)))))
+        h = torch.relu(self.d2(torch.cat([F.interpolate(h, scale_factor=2.0), s2], 1)))
+        return self.d1(torch.cat([F.interpolate(h, scale_factor=2.0), s1], 1))
+
+
+class Recurrent(nn.Module):
+    """Two LSTMs: their weights reach aten::lstm through the Tensor[] attribute _flat_weights."""
+
+    def __init__(self):
+        super().__init__()
+        self.r1, self.r2 = nn.LSTM(4, 8, batch_first=True), nn.LSTM(8, 8, batch_first=True)
+
+    def forward(self, x):
+        return self.r2(self.r1(x)[0])[0]
+
+
 MODELS = {
     m.__name__: m
     for m in [PlainChain, Residual, InplaceResidual, BasicBlocks, WithBatchNorm, TwoTensorBoundary, WithLoop, NoCut,
-              Nested, PrologueEpilogue]
+              Nested, PrologueEpilogue, MaskedBlocks, SkipNet, Recurrent]
 }
 
 if __name__ == "__main__":

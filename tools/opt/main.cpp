@@ -29,7 +29,16 @@ namespace {
 struct Input {
   std::shared_ptr<torch::jit::Graph> graph;  // forward, a copy, not inlined
   std::optional<torch::jit::Module> module;  // a saved module; it owns the functions it calls
+  std::vector<c10::IValue> example_inputs;   // --input-shape: cuts by bytes (modules only)
 };
+
+// "2,3,8,8" -> a random float tensor of that shape.
+at::Tensor exampleTensor(const std::string& shape) {
+  std::vector<int64_t> sizes;
+  std::istringstream parts(shape);
+  for (std::string part; std::getline(parts, part, ',');) sizes.push_back(std::stoll(part));
+  return torch::randn(sizes);
+}
 
 // lit files carry RUN/CHECK lines as comments: keep from the first "graph(" on.
 std::shared_ptr<torch::jit::Graph> parseIrText(const std::string& text, const std::string& name) {
@@ -76,13 +85,21 @@ void runInline(Input& input, const jitckpt::PartitionOptions&) {
 }
 
 void runPartition(Input& input, const jitckpt::PartitionOptions& options) {
+  if (input.module) {
+    jitckpt::printPartition(std::cout,
+                            jitckpt::partitionModule(*input.module, options, input.example_inputs));
+    return;
+  }
+  if (!input.example_inputs.empty())
+    throw std::runtime_error("--input-shape needs a saved module (.pt)");
   jitckpt::inlineAllCalls(*input.graph);
   jitckpt::printPartition(std::cout, jitckpt::partitionGraph(input.graph, options));
 }
 
 void runRewrite(Input& input, const jitckpt::PartitionOptions& options) {
   if (!input.module) throw std::runtime_error("--pass rewrite needs a saved module (.pt)");
-  jitckpt::PartitionedClone cloned = jitckpt::partitionClone(*input.module, options);
+  jitckpt::PartitionedClone cloned =
+      jitckpt::partitionClone(*input.module, options, /*share_tensors=*/true, input.example_inputs);
   auto stages = jitckpt::chainStagesOf(cloned.partition);
   jitckpt::solver::Costs zero;
   for (auto* v : {&zero.uf, &zero.ub}) v->assign(stages->size() + 2, 0);
@@ -114,10 +131,15 @@ int main(int argc, char** argv) {
                  "partition: at most this many stages (0: no limit)");
   app.add_flag("--keep-inplace-cuts", keep_inplace_cuts,
                "partition: keep cuts whose boundary is written in place (marks the stage)");
+  std::vector<std::string> input_shapes;
+  app.add_option("--input-shape", input_shapes,
+                 "partition, rewrite: a float example input of this shape (2,3,8,8), once per "
+                 "forward input; cuts are then chosen by the bytes they carry");
   CLI11_PARSE(app, argc, argv);
   options.move_cuts_off_inplace_writes = !keep_inplace_cuts;
   return jitckpt::tools::reportErrors([&] {
     Input input = readInput(path);
+    for (const auto& shape : input_shapes) input.example_inputs.emplace_back(exampleTensor(shape));
     passes.at(pass)(input, options);
   });
 }
