@@ -1,0 +1,498 @@
+"""Model families beyond the torchvision CNNs, each parametrized by size: tiny for the tests
+("test"), realistic for the benchmarks ("bench").
+
+    FAMILIES[name](size="test", device="cpu") -> Family
+
+A Family holds `make(seed)` (a freshly built and scripted module in train() mode; the same seed
+gives the same parameters), `inputs` (the example inputs, always the same), `loss(output)` (a
+scalar of every floating tensor in the output: a tensor, tuple or dict), `blocks` (how many
+blocks or layers the model chains, each of which should become at least one jitckpt stage) and a
+short `name`. Reference copies are made by calling make(seed) again: on PyTorch 1.13,
+copy.deepcopy of a scripted module gives non-leaf parameters.
+
+Families (all script on PyTorch 1.13 and 2.x, with dropout where the family has it):
+  transformer_encoder  nn.TransformerEncoder (batch_first) with a bool padding mask input
+  gpt_mask_input       GPT decoder, matmul/softmax attention, additive causal mask passed in
+  gpt_mask_builtin     the same, causal mask (torch.triu) and positions (torch.arange) built in forward
+  bert_encoder         BERT encoder, 0/1 attention mask made additive in forward, post-LN, pooler
+  two_input            an image branch of convs and a vector input, fused; returns (logits, aux)
+  unet                 U-Net (4 levels, long skips by torch.cat)
+  densenet121          torchvision's DenseNet-121 (memory_efficient=False)
+  lstm_stack           embedding, a stack of single-layer nn.LSTM modules, head
+  gru                  the same with nn.GRU
+  dict_output          a conv chain returning {"logits": ..., "features": ...}
+"""
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+SIZES = ("test", "bench")
+
+
+def tensors_of(output: Any) -> List[Tensor]:
+    """Every tensor of a forward's output, in a fixed order (dicts by key)."""
+    if isinstance(output, Tensor):
+        return [output]
+    if isinstance(output, dict):
+        return [t for key in sorted(output) for t in tensors_of(output[key])]
+    if isinstance(output, (tuple, list)):
+        return [t for item in output for t in tensors_of(item)]
+    return []
+
+
+def loss_of(output: Any) -> Tensor:
+    """Sum over the output's floating tensors of mean(t^2)."""
+    total = None
+    for t in tensors_of(output):
+        if t.is_floating_point():
+            term = t.float().pow(2).mean()
+            total = term if total is None else total + term
+    if total is None:
+        raise ValueError("the output has no floating tensor to make a loss of")
+    return total
+
+
+@dataclass
+class Family:
+    name: str
+    make: Callable[[int], torch.jit.ScriptModule]
+    inputs: Tuple[Tensor, ...]
+    blocks: int
+    loss: Callable[[Any], Tensor] = loss_of
+    description: str = ""
+
+    def __repr__(self) -> str:
+        return f"Family({self.name}: {self.description}; {self.blocks} blocks)"
+
+
+def _pick(size: str, test, bench):
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {SIZES}, not {size!r}")
+    return test if size == "test" else bench
+
+
+def _family(name: str, build: Callable[[], nn.Module], inputs: Tuple[Tensor, ...], blocks: int, device: str,
+            description: str = "") -> Family:
+    def make(seed: int = 0) -> torch.jit.ScriptModule:
+        torch.manual_seed(seed)
+        model = build().to(device).train()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # 2.10+: torch.jit.script is deprecated (it still works)
+            return torch.jit.script(model)
+    return Family(name, make, tuple(t.to(device) for t in inputs), blocks, loss_of, description)
+
+
+def _generator(seed: int = 1234) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# --------------------------------------------------------------------------------------------
+# Transformers
+
+
+class EncoderClassifier(nn.Module):
+    """Input projection, nn.TransformerEncoder with a key padding mask, per-token head."""
+
+    def __init__(self, features: int, d: int, heads: int, layers: int, classes: int, dropout: float):
+        super().__init__()
+        self.project = nn.Linear(features, d)
+        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x: Tensor, src_key_padding_mask: Tensor) -> Tensor:
+        h = self.encoder(self.project(x), src_key_padding_mask=src_key_padding_mask)
+        return self.head(self.norm(h))
+
+
+def transformer_encoder(size: str = "test", device: str = "cpu") -> Family:
+    b, t, features, d, heads, layers, classes = _pick(size, (4, 32, 8, 16, 2, 3, 4), (4, 256, 64, 256, 4, 6, 16))
+    g = _generator()
+    x = torch.randn(b, t, features, generator=g)
+    mask = torch.zeros(b, t, dtype=torch.bool)
+    mask[-1, t - t // 4:] = True  # the last sequence is padded at its end
+    return _family("transformer_encoder", lambda: EncoderClassifier(features, d, heads, layers, classes, 0.1),
+                   (x, mask), layers, device, f"nn.TransformerEncoder, {layers} layers, d {d}, {heads} heads")
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d: int, heads: int, dropout: float, additive_mask: bool):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.attn_drop = nn.Dropout(dropout)
+        self.resid_drop = nn.Dropout(dropout)
+        self.heads = heads
+        self.additive_mask = additive_mask
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        b, t, c = x.size(0), x.size(1), x.size(2)
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q = q.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        k = k.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        v = v.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        att = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(c // self.heads))
+        if self.additive_mask:
+            att = att + mask
+        else:
+            att = att.masked_fill(mask, float("-inf"))
+        att = self.attn_drop(F.softmax(att, dim=-1))
+        y = torch.matmul(att, v).transpose(1, 2).contiguous().view(b, t, c)
+        return self.resid_drop(self.proj(y))
+
+
+class GPTBlock(nn.Module):
+    def __init__(self, d: int, heads: int, dropout: float, additive_mask: bool):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = CausalSelfAttention(d, heads, dropout, additive_mask)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d), nn.Dropout(dropout))
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        x = x + self.attn(self.ln1(x), mask)
+        return x + self.mlp(self.ln2(x))
+
+
+class GPTMaskInput(nn.Module):
+    """minGPT-style: learned position embedding parameter sliced to the length; the additive
+    causal mask (0 on and below the diagonal, -inf above) comes in with the tokens."""
+
+    def __init__(self, vocab: int, context: int, d: int, heads: int, layers: int, dropout: float):
+        super().__init__()
+        self.tok_emb = nn.Embedding(vocab, d)
+        self.pos_emb = nn.Parameter(torch.randn(1, context, d) * 0.02)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList([GPTBlock(d, heads, dropout, True) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx: Tensor, mask: Tensor) -> Tensor:
+        t = idx.size(1)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb[:, :t, :])
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.head(self.ln_f(x))
+
+
+class GPTMaskBuiltin(nn.Module):
+    """nanoGPT-style: position ids from torch.arange, the bool causal mask from torch.triu, both
+    built in forward from the input's length."""
+
+    def __init__(self, vocab: int, context: int, d: int, heads: int, layers: int, dropout: float):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d)
+        self.wpe = nn.Embedding(context, d)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList([GPTBlock(d, heads, dropout, False) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        t = idx.size(1)
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device).unsqueeze(0)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        mask = torch.triu(torch.ones(t, t, dtype=torch.bool, device=idx.device), diagonal=1)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.head(self.ln_f(x))
+
+
+def _gpt_sizes(size: str):
+    # batch, sequence, vocab, d, heads, layers
+    return _pick(size, (4, 32, 32, 16, 2, 4), (4, 256, 512, 256, 4, 12))
+
+
+def causal_mask(t: int) -> Tensor:
+    """Additive causal mask: 0 on and below the diagonal, -inf above."""
+    return torch.triu(torch.full((t, t), float("-inf")), diagonal=1)
+
+
+def gpt_mask_input(size: str = "test", device: str = "cpu") -> Family:
+    b, t, vocab, d, heads, layers = _gpt_sizes(size)
+    idx = torch.randint(0, vocab, (b, t), generator=_generator())
+    return _family("gpt_mask_input", lambda: GPTMaskInput(vocab, t, d, heads, layers, 0.1), (idx, causal_mask(t)),
+                   layers, device, f"GPT, {layers} blocks, d {d}, {heads} heads, mask passed in")
+
+
+def gpt_mask_builtin(size: str = "test", device: str = "cpu") -> Family:
+    b, t, vocab, d, heads, layers = _gpt_sizes(size)
+    idx = torch.randint(0, vocab, (b, t), generator=_generator())
+    return _family("gpt_mask_builtin", lambda: GPTMaskBuiltin(vocab, t, d, heads, layers, 0.1), (idx,),
+                   layers, device, f"GPT, {layers} blocks, d {d}, {heads} heads, mask built in forward")
+
+
+class BertSelfAttention(nn.Module):
+    def __init__(self, d: int, heads: int, dropout: float):
+        super().__init__()
+        self.query = nn.Linear(d, d)
+        self.key = nn.Linear(d, d)
+        self.value = nn.Linear(d, d)
+        self.dropout = nn.Dropout(dropout)
+        self.heads = heads
+
+    def scores(self, x: Tensor) -> Tensor:
+        return x.view(x.size(0), x.size(1), self.heads, x.size(2) // self.heads).permute(0, 2, 1, 3)
+
+    def forward(self, h: Tensor, mask: Tensor) -> Tensor:
+        q, k, v = self.scores(self.query(h)), self.scores(self.key(h)), self.scores(self.value(h))
+        att = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.size(-1))
+        att = self.dropout(F.softmax(att + mask, dim=-1))
+        context = torch.matmul(att, v).permute(0, 2, 1, 3).contiguous()
+        return context.view(h.size(0), h.size(1), h.size(2))
+
+
+class BertLayer(nn.Module):
+    def __init__(self, d: int, heads: int, dropout: float):
+        super().__init__()
+        self.attention = BertSelfAttention(d, heads, dropout)
+        self.attention_out = nn.Linear(d, d)
+        self.attention_norm = nn.LayerNorm(d, eps=1e-12)
+        self.intermediate = nn.Linear(d, 4 * d)
+        self.output = nn.Linear(4 * d, d)
+        self.output_norm = nn.LayerNorm(d, eps=1e-12)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, h: Tensor, mask: Tensor) -> Tensor:
+        a = self.attention_norm(h + self.dropout(self.attention_out(self.attention(h, mask))))
+        return self.output_norm(a + self.dropout(self.output(F.gelu(self.intermediate(a)))))
+
+
+class BertEncoder(nn.Module):
+    def __init__(self, vocab: int, context: int, d: int, heads: int, layers: int, dropout: float):
+        super().__init__()
+        self.word = nn.Embedding(vocab, d)
+        self.position = nn.Embedding(context, d)
+        self.token_type = nn.Embedding(2, d)
+        self.embedding_norm = nn.LayerNorm(d, eps=1e-12)
+        self.dropout = nn.Dropout(dropout)
+        self.layers = nn.ModuleList([BertLayer(d, heads, dropout) for _ in range(layers)])
+        self.pooler = nn.Linear(d, d)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tuple[Tensor, Tensor]:
+        t = input_ids.size(1)
+        positions = torch.arange(t, dtype=torch.long, device=input_ids.device).unsqueeze(0)
+        h = self.word(input_ids) + self.position(positions) + self.token_type(torch.zeros_like(input_ids))
+        h = self.dropout(self.embedding_norm(h))
+        mask = (1.0 - attention_mask[:, None, None, :].to(h.dtype)) * -10000.0
+        for layer in self.layers:
+            h = layer(h, mask)
+        return h, torch.tanh(self.pooler(h[:, 0]))
+
+
+def bert_encoder(size: str = "test", device: str = "cpu") -> Family:
+    b, t, vocab, d, heads, layers = _pick(size, (4, 32, 32, 16, 2, 3), (8, 128, 1024, 256, 4, 6))
+    idx = torch.randint(0, vocab, (b, t), generator=_generator())
+    attention_mask = torch.ones(b, t, dtype=torch.long)
+    attention_mask[-1, t - t // 4:] = 0
+    return _family("bert_encoder", lambda: BertEncoder(vocab, t, d, heads, layers, 0.1), (idx, attention_mask),
+                   layers, device, f"BERT encoder, {layers} layers, d {d}, {heads} heads")
+
+
+# --------------------------------------------------------------------------------------------
+# CNNs
+
+
+def conv_bn_relu(c_in: int, c_out: int, stride: int = 1) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(c_out),
+                         nn.ReLU(inplace=True))
+
+
+class TwoInput(nn.Module):
+    """An image branch of convolutions and a vector input (tabular features), fused at the end."""
+
+    def __init__(self, width: int, convs: int, vector: int, classes: int, dropout: float):
+        super().__init__()
+        layers = []
+        c = 3
+        for i in range(convs):
+            w = width * (2 ** (i // 3))
+            layers.append(conv_bn_relu(c, w, stride=2 if i in (2, 5) else 1))
+            c = w
+        self.branch = nn.Sequential(*layers)
+        self.vector = nn.Sequential(nn.Linear(vector, 2 * width), nn.ReLU(), nn.Dropout(dropout))
+        self.fuse = nn.Sequential(nn.Dropout(dropout), nn.Linear(c + 2 * width, classes))
+        self.aux = nn.Linear(c, classes)
+
+    def forward(self, image: Tensor, vector: Tensor) -> Tuple[Tensor, Tensor]:
+        f = self.branch(image).mean(dim=[2, 3])
+        v = self.vector(vector)
+        return self.fuse(torch.cat([f, v], dim=1)), self.aux(f)
+
+
+def two_input(size: str = "test", device: str = "cpu") -> Family:
+    b, image, width, vector, convs = _pick(size, (4, 32, 4, 6, 8), (8, 128, 32, 32, 8))
+    g = _generator()
+    inputs = (torch.randn(b, 3, image, image, generator=g), torch.randn(b, vector, generator=g))
+    return _family("two_input", lambda: TwoInput(width, convs, vector, 5, 0.2), inputs, convs, device,
+                   f"{convs} convs on {image}x{image} images plus a {vector}-vector")
+
+
+class DoubleConv(nn.Sequential):
+    def __init__(self, c_in: int, c_out: int):
+        super().__init__(conv_bn_relu(c_in, c_out), conv_bn_relu(c_out, c_out))
+
+
+class Down(nn.Sequential):
+    def __init__(self, c_in: int, c_out: int):
+        super().__init__(nn.MaxPool2d(2), DoubleConv(c_in, c_out))
+
+
+class Up(nn.Module):
+    def __init__(self, c_in: int, c_out: int):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(c_in, c_in // 2, kernel_size=2, stride=2)
+        self.conv = DoubleConv(c_in, c_out)
+
+    def forward(self, x: Tensor, skip: Tensor) -> Tensor:
+        return self.conv(torch.cat([skip, self.up(x)], dim=1))
+
+
+class UNet(nn.Module):
+    """The usual 4-level U-Net (as in the widely used Pytorch-UNet): 9 double-conv blocks, each
+    decoder block reading the encoder output of its level through a long skip."""
+
+    def __init__(self, channels: int, classes: int, width: int, dropout: float):
+        super().__init__()
+        w = width
+        self.inc = DoubleConv(channels, w)
+        self.down1 = Down(w, 2 * w)
+        self.down2 = Down(2 * w, 4 * w)
+        self.down3 = Down(4 * w, 8 * w)
+        self.down4 = Down(8 * w, 16 * w)
+        self.drop = nn.Dropout2d(dropout)  # at the end of the contracting path, as in the U-Net paper
+        self.up1 = Up(16 * w, 8 * w)
+        self.up2 = Up(8 * w, 4 * w)
+        self.up3 = Up(4 * w, 2 * w)
+        self.up4 = Up(2 * w, w)
+        self.outc = nn.Conv2d(w, classes, kernel_size=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x1 = self.inc(x)
+        x2 = self.down1(x1)
+        x3 = self.down2(x2)
+        x4 = self.down3(x3)
+        x5 = self.drop(self.down4(x4))
+        x = self.up1(x5, x4)
+        x = self.up2(x, x3)
+        x = self.up3(x, x2)
+        x = self.up4(x, x1)
+        return self.outc(x)
+
+
+def unet(size: str = "test", device: str = "cpu") -> Family:
+    b, image, width = _pick(size, (1, 64, 2), (2, 128, 32))
+    x = torch.randn(b, 3, image, image, generator=_generator())
+    return _family("unet", lambda: UNet(3, 2, width, 0.1), (x,), 9, device,
+                   f"U-Net, 4 levels, width {width}, {image}x{image}")
+
+
+def densenet121(size: str = "test", device: str = "cpu") -> Family:
+    import torchvision
+
+    b, image = _pick(size, (2, 32), (4, 96))
+    x = torch.randn(b, 3, image, image, generator=_generator())
+    # The 4 dense blocks and the 3 transitions between them. Inside a dense block the feature list
+    # is live across every cut, and a list cannot be a boundary yet: one stage per dense layer
+    # (6 + 12 + 24 + 16 = 58) needs boundaries that carry the list's tensors (issue 12, open).
+    return _family("densenet121", lambda: torchvision.models.densenet121(memory_efficient=False), (x,), 7, device,
+                   f"torchvision DenseNet-121, {image}x{image}")
+
+
+class DictOutput(nn.Module):
+    def __init__(self, width: int, convs: int, classes: int, dropout: float):
+        super().__init__()
+        layers = [conv_bn_relu(3, width)]
+        layers += [conv_bn_relu(width, width, stride=2 if i == convs // 2 else 1) for i in range(1, convs)]
+        self.features = nn.Sequential(*layers)
+        self.drop = nn.Dropout(dropout)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x: Tensor) -> Dict[str, Tensor]:
+        features = self.features(x).mean(dim=[2, 3])
+        return {"logits": self.head(self.drop(features)), "features": features}
+
+
+def dict_output(size: str = "test", device: str = "cpu") -> Family:
+    b, image, width, convs = _pick(size, (2, 16, 8, 6), (8, 128, 64, 8))
+    x = torch.randn(b, 3, image, image, generator=_generator())
+    return _family("dict_output", lambda: DictOutput(width, convs, 10, 0.2), (x,), convs, device,
+                   f"{convs} convs returning a dict")
+
+
+# --------------------------------------------------------------------------------------------
+# Recurrent
+
+
+class LSTMStack(nn.Module):
+    """Embedding, a stack of single-layer nn.LSTM modules with dropout between, per-token head."""
+
+    def __init__(self, vocab: int, d: int, layers: int, dropout: float):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.drop = nn.Dropout(dropout)
+        self.layers = nn.ModuleList([nn.LSTM(d, d, batch_first=True) for _ in range(layers)])
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        x = self.drop(self.embed(idx))
+        for lstm in self.layers:
+            y, _ = lstm(x)
+            x = self.drop(y)
+        return self.head(x)
+
+
+class GRUStack(nn.Module):
+    """Embedding, a stack of single-layer nn.GRU modules with dropout between, per-token head."""
+
+    def __init__(self, vocab: int, d: int, layers: int, dropout: float):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.drop = nn.Dropout(dropout)
+        self.layers = nn.ModuleList([nn.GRU(d, d, batch_first=True) for _ in range(layers)])
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        x = self.drop(self.embed(idx))
+        for gru in self.layers:
+            y, _ = gru(x)
+            x = self.drop(y)
+        return self.head(x)
+
+
+def _recurrent_sizes(size: str):
+    return _pick(size, (8, 24, 32, 16, 3), (8, 128, 1000, 256, 3))  # batch, sequence, vocab, d, layers
+
+
+def lstm_stack(size: str = "test", device: str = "cpu") -> Family:
+    b, t, vocab, d, layers = _recurrent_sizes(size)
+    idx = torch.randint(0, vocab, (b, t), generator=_generator())
+    return _family("lstm_stack", lambda: LSTMStack(vocab, d, layers, 0.2), (idx,), layers, device,
+                   f"{layers} nn.LSTM layers, hidden {d}")
+
+
+def gru(size: str = "test", device: str = "cpu") -> Family:
+    b, t, vocab, d, layers = _recurrent_sizes(size)
+    idx = torch.randint(0, vocab, (b, t), generator=_generator())
+    return _family("gru", lambda: GRUStack(vocab, d, layers, 0.2), (idx,), layers, device,
+                   f"{layers} nn.GRU layers, hidden {d}")
+
+
+FAMILIES: Dict[str, Callable[..., Family]] = {
+    "transformer_encoder": transformer_encoder,
+    "gpt_mask_input": gpt_mask_input,
+    "gpt_mask_builtin": gpt_mask_builtin,
+    "bert_encoder": bert_encoder,
+    "two_input": two_input,
+    "unet": unet,
+    "densenet121": densenet121,
+    "lstm_stack": lstm_stack,
+    "gru": gru,
+    "dict_output": dict_output,
+}

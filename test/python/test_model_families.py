@@ -1,0 +1,211 @@
+"""Model families beyond CNN chains (bench/families.py at its tiny "test" sizes): transformers with
+masks, multi-input, U-Net, DenseNet, LSTM/GRU and dict-output models. Each gets at least one
+stage per block, trains bit for bit like the unmodified model at the smallest limit that works,
+and keeps its measured peak within that limit."""
+import os
+import re
+import sys
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+import torch
+
+import jitckpt
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+
+import families  # noqa: E402
+
+NAMES = list(families.FAMILIES)
+STEPS = 3
+SMALLEST = re.compile(r"smallest limit that works is [^(]*\((\d+) bytes\)")
+
+Record = Tuple[List[torch.Tensor], Dict[str, Optional[torch.Tensor]], Dict[str, torch.Tensor]]
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def family(request) -> families.Family:
+    return families.FAMILIES[request.param]("test")
+
+
+@pytest.fixture(scope="module")
+def profiled(family) -> torch.jit.ScriptModule:
+    """The unconstrained rewrite, profiled once; the other rewrites of the family reuse its costs."""
+    return jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=None, profile_repeats=1)
+
+
+@pytest.fixture(scope="module")
+def at_smallest(family, profiled) -> torch.jit.ScriptModule:
+    """A fresh make(0) rewritten at the smallest limit that works: the first point of the optimal
+    solver's time-memory curve, or, where checkpoint finds that limit a little too small (seen on
+    the U-Net: the curve and the solve at a limit discretize memory differently), the smallest
+    limit its error names."""
+    limit = jitckpt.plan(profiled)["curve"][0][0]
+    try:
+        return jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=limit, reuse_profile_of=profiled)
+    except RuntimeError as error:
+        named = SMALLEST.search(str(error))
+        if named is None:
+            raise
+    return jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=int(named.group(1)),
+                              reuse_profile_of=profiled)
+
+
+@pytest.fixture(scope="module")
+def smallest(at_smallest) -> int:
+    return jitckpt.plan(at_smallest)["memory_limit"]
+
+
+def train_step(model: torch.jit.ScriptModule, family: families.Family, seed: int):
+    torch.manual_seed(seed)  # dropout
+    model.zero_grad(set_to_none=True)
+    with torch.jit.optimized_execution(False):
+        output = model(*family.inputs)
+        family.loss(output).backward()
+    return output
+
+
+def train(model: torch.jit.ScriptModule, family: families.Family, steps: int = STEPS) -> List[Record]:
+    """Outputs, gradients (None where a parameter got none) and buffers after each step."""
+    records = []
+    for seed in range(steps):
+        output = train_step(model, family, seed)
+        records.append(([t.detach().clone() for t in families.tensors_of(output)],
+                        {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()},
+                        {n: b.clone() for n, b in model.named_buffers()}))
+    return records
+
+
+def difference(a: torch.Tensor, b: torch.Tensor) -> str:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return f"{tuple(a.shape)} {a.dtype} against {tuple(b.shape)} {b.dtype}"
+    if not a.is_floating_point():
+        return f"{int((a != b).sum())} elements differ"
+    return f"max abs difference {(a.double() - b.double()).abs().max().item():.3g}"
+
+
+def assert_same_training(name: str, reference: List[Record], other: List[Record]) -> None:
+    for step, ((outs_a, grads_a, buffers_a), (outs_b, grads_b, buffers_b)) in enumerate(zip(reference, other)):
+        where = f"{name}, step {step + 1}"
+        assert len(outs_a) == len(outs_b), f"{where}: {len(outs_b)} output tensors, the reference has {len(outs_a)}"
+        for i, (a, b) in enumerate(zip(outs_a, outs_b)):
+            assert a.shape == b.shape and torch.equal(a, b), f"{where}: output {i}: {difference(a, b)}"
+        assert grads_a.keys() == grads_b.keys(), f"{where}: parameter names differ"
+        for n, a in grads_a.items():
+            if a is None:
+                continue
+            b = grads_b[n]
+            assert b is not None, f"{where}: {n} got no gradient (the reference's is {tuple(a.shape)})"
+            assert torch.equal(a, b), f"{where}: gradient of {n}: {difference(a, b)}"
+        assert buffers_a.keys() == buffers_b.keys(), f"{where}: buffer names differ"
+        for n, a in buffers_a.items():
+            assert torch.equal(a, buffers_b[n]), f"{where}: buffer {n}: {difference(a, buffers_b[n])}"
+
+
+def test_reference_models_train_reproducibly(family):
+    """The families themselves, without jitckpt: the same seed gives the same training, and every
+    parameter gets a gradient (so that the comparisons below check every one)."""
+    first, second = family.make(0), family.make(0)
+    reference = train(first, family, steps=2)
+    assert_same_training(family.name, reference, train(second, family, steps=2))
+    missing = [n for n, g in reference[0][1].items() if g is None]
+    assert not missing, f"{family.name}: no gradient for {missing}"
+    assert reference[0][0] and all(torch.isfinite(t).all() for t in reference[0][0] if t.is_floating_point())
+
+
+def test_stages_per_block(family, profiled):
+    stages = jitckpt.plan(profiled)["num_stages"]
+    assert stages >= family.blocks, f"{family.name}: {stages} stages for {family.blocks} blocks"
+
+
+def test_training_is_bit_identical_at_smallest_limit(family, at_smallest, smallest):
+    reference = train(family.make(0), family)
+    assert_same_training(f"{family.name} at {smallest} bytes", reference, train(at_smallest, family))
+
+
+def test_measured_peak_within_limit(family, profiled, smallest):
+    model = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=smallest, reuse_profile_of=profiled)
+    info = jitckpt.plan(model)
+    train_step(model, family, 0)  # allocate .grad
+    with jitckpt.cpu_memory() as memory:
+        train_step(model, family, 1)
+    # As in test_checkpoint.py: the step also holds the loss and the small epilogue tensors.
+    assert memory.peak <= info["memory_limit"] * 1.10 + 64 * 1024, \
+        f"{family.name}: measured peak {memory.peak} bytes, limit {info['memory_limit']} " \
+        f"(predicted {info['predicted_peak']}, {info['num_stages']} stages)"
+
+
+@pytest.mark.parametrize("name", ["lstm_stack", "gru"])
+def test_recurrent_weights_get_their_gradients(name):
+    """nn.LSTM and nn.GRU keep their weights in a list attribute (_flat_weights): each must still
+    get the reference's gradient through the rewritten model, unconstrained."""
+    family = families.FAMILIES[name]("test")
+    rewritten = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=None, profile_repeats=1)
+    reference = family.make(0)
+    train(reference, family, steps=1)
+    train(rewritten, family, steps=1)
+    expected = dict(reference.named_parameters())
+    recurrent = [n for n in expected if "weight_ih" in n or "weight_hh" in n or "bias_ih" in n or "bias_hh" in n]
+    assert recurrent
+    got = dict(rewritten.named_parameters())
+    for n in recurrent:
+        assert got[n].grad is not None, f"{name}: {n} got no gradient"
+        assert torch.equal(got[n].grad, expected[n].grad), f"{name}: gradient of {n}: " \
+            f"{difference(expected[n].grad, got[n].grad)}"
+
+
+def test_partition_shows_bytes_per_boundary_and_side_values():
+    family = families.FAMILIES["gpt_mask_input"]("test")
+    info = jitckpt.partition(family.make(0), family.inputs)
+    assert info["bytes_measured"] and len(info["boundary_bytes"]) == info["num_stages"] + 1
+    # Between blocks the boundary is the residual stream (batch x sequence x width floats) alone.
+    idx = family.inputs[0]
+    stream = idx.numel() * family.make(0).tok_emb.weight.shape[1] * 4
+    assert stream in info["boundary_bytes"], (stream, info["boundary_bytes"])
+    assert any(kind == "side" and name.startswith("mask") for name, kind in info["lifted"]), info["lifted"]
+    assert "(boundary " in info["text"] and " B)" in info["text"]
+    counted = jitckpt.partition(family.make(0))
+    assert not counted["bytes_measured"] and "tensor(s))" in counted["text"]
+
+
+class IndexedListWeight(torch.nn.Module):
+    """A weight that requires grad, in a list attribute that holds no parameter of the module, read
+    by index: a side value computed before the chain, whose gradient flows back through the op."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.last = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+        self.extra: List[torch.Tensor] = [torch.randn(8, 8, requires_grad=True)]
+
+    def forward(self, x):
+        return self.last(torch.relu(torch.matmul(torch.relu(self.first(x)), self.extra[0])))
+
+
+class JoinedListWeights(IndexedListWeight):
+    """The list itself joined with an activation: no gradient could come back through a lifted
+    list."""
+
+    def forward(self, x):
+        h = torch.relu(self.first(x))
+        return self.last(torch.relu(torch.matmul(h, torch.cat(self.extra + [h], 0)[:8])))
+
+
+def list_weights(joined: bool) -> torch.jit.ScriptModule:
+    torch.manual_seed(0)
+    return torch.jit.script((JoinedListWeights() if joined else IndexedListWeight()).train())
+
+
+def test_a_weight_read_from_a_list_by_index_gets_its_gradient():
+    x = torch.randn(4, 8)
+    reference, rewritten = list_weights(False), list_weights(False)
+    rewritten = jitckpt.checkpoint(rewritten, (x,), memory_limit=None)
+    for model in (reference, rewritten):
+        with torch.jit.optimized_execution(False):
+            model(x).pow(2).sum().backward()
+    assert rewritten.extra[0].grad is not None
+    assert torch.equal(reference.extra[0].grad, rewritten.extra[0].grad)
+
+
+def test_a_weight_no_gradient_can_reach_is_an_error_that_names_it():
+    with pytest.raises(RuntimeError, match=r"'extra' holds a tensor that requires grad"):
+        jitckpt.checkpoint(list_weights(True), (torch.randn(4, 8),), memory_limit=None)
