@@ -38,9 +38,8 @@ std::shared_ptr<Graph> instrumentedCopy(const Graph& graph, std::vector<const Va
     if (isTensor(graph.inputs()[i])) measure(graph.inputs()[i], env.at(graph.inputs()[i]));
   }
   for (const torch::jit::Node* n : graph.nodes()) {
-    torch::jit::Node* clone =
-        copy->insertNode(copy->createClone(const_cast<torch::jit::Node*>(n),
-                                           [&](Value* v) { return env.at(v); }));
+    torch::jit::Node* clone = copy->insertNode(
+        copy->createClone(const_cast<torch::jit::Node*>(n), [&](Value* v) { return env.at(v); }));
     for (size_t o = 0; o < n->outputs().size(); ++o) {
       env[n->output(o)] = clone->output(o);
       if (isTensor(n->output(o)) && !mayBeUninitialized(n, o))

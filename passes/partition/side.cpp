@@ -1,11 +1,11 @@
 // Step 1b of the partition pass: the chain's main inputs, and the side computations moved before
 // the chain (masks, position ids and tables built from shapes, attributes and other inputs).
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+
 #include <cstdint>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
-
-#include <torch/csrc/jit/passes/dead_code_elimination.h>
 
 #include "passes/graph_walk.h"
 #include "passes/partition/steps.h"
