@@ -29,31 +29,16 @@ bool definedInside(const Value* v, const Node* n) {
   return false;
 }
 
-// The values `n` or a node nested in it reads that are defined outside `n`.
-std::vector<Value*> outsideReads(Node* n) {
+// The values defined outside `n` that `n` or a node nested in it reads. With `data_only`, only
+// those whose data reaches an output of `n`, approximately: read by a node that outputs values
+// holding tensors, or returned by a nested block (a shape, dtype or device carries no data).
+std::vector<Value*> outsideReads(Node* n, bool data_only = false) {
   std::vector<Value*> reads;
   std::unordered_set<const Value*> seen;
   forEachNestedNode(
       n,
       [&](Node* m) {
-        for (Value* v : m->inputs()) {
-          if (!definedInside(v, n) && seen.insert(v).second) reads.push_back(v);
-        }
-      },
-      BlockReturns::Visit);
-  return reads;
-}
-
-// The values defined outside `n` whose data reaches an output of `n`, approximately: those read
-// by `n` or a nested node that outputs values holding tensors, or returned by a nested block. A
-// shape, dtype or device read from a tensor carries no data.
-std::vector<Value*> dataReads(Node* n) {
-  std::vector<Value*> reads;
-  std::unordered_set<const Value*> seen;
-  forEachNestedNode(
-      n,
-      [&](Node* m) {
-        bool passes_data = m->kind() == prim::Return;
+        bool passes_data = !data_only || m->kind() == prim::Return;
         for (const Value* o : m->outputs()) passes_data = passes_data || containsTensor(o->type());
         if (!passes_data) return;
         for (Value* v : m->inputs()) {
@@ -63,6 +48,8 @@ std::vector<Value*> dataReads(Node* n) {
       BlockReturns::Visit);
   return reads;
 }
+
+std::vector<Value*> dataReads(Node* n) { return outsideReads(n, /*data_only=*/true); }
 
 // Which graph inputs each value's data comes from, through the values that hold tensors.
 std::unordered_map<const Value*, InputSet> dataSources(const TopLevelNodes& top) {
