@@ -15,6 +15,7 @@ Families (all script on PyTorch 1.13 and 2.x, with dropout where the family has 
   gpt_mask_input       GPT decoder, matmul/softmax attention, additive causal mask passed in
   gpt_mask_builtin     the same, causal mask (torch.triu) and positions (torch.arange) built in forward
   bert_encoder         BERT encoder, 0/1 attention mask made additive in forward, post-LN, pooler
+  encoder_decoder      nn.Transformer: every decoder layer reads the encoder's output
   two_input            an image branch of convs and a vector input, fused; returns (logits, aux)
   unet                 U-Net (4 levels, long skips by torch.cat)
   densenet121          torchvision's DenseNet-121 (memory_efficient=False)
@@ -295,6 +296,32 @@ def bert_encoder(size: str = "test", device: str = "cpu") -> Family:
                    layers, device, f"BERT encoder, {layers} layers, d {d}, {heads} heads")
 
 
+class EncoderDecoder(nn.Module):
+    """nn.Transformer (batch_first) over source and target tokens, the causal target mask built in
+    forward: every decoder layer reads the encoder's output (memory) besides its own stream."""
+
+    def __init__(self, vocab: int, d: int, heads: int, layers: int, dropout: float):
+        super().__init__()
+        self.src_emb = nn.Embedding(vocab, d)
+        self.tgt_emb = nn.Embedding(vocab, d)
+        self.transformer = nn.Transformer(d, heads, layers, layers, 4 * d, dropout, batch_first=True)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        t = tgt.size(1)
+        mask = torch.triu(torch.full((t, t), float("-inf"), device=tgt.device), diagonal=1)
+        return self.head(self.transformer(self.src_emb(src), self.tgt_emb(tgt), tgt_mask=mask))
+
+
+def encoder_decoder(size: str = "test", device: str = "cpu") -> Family:
+    b, t, vocab, d, heads, layers = _pick(size, (4, 16, 32, 16, 2, 2), (4, 128, 1024, 256, 4, 4))
+    g = _generator()
+    src = torch.randint(0, vocab, (b, t), generator=g)
+    tgt = torch.randint(0, vocab, (b, t), generator=g)
+    return _family("encoder_decoder", lambda: EncoderDecoder(vocab, d, heads, layers, 0.1), (src, tgt),
+                   2 * layers, device, f"nn.Transformer, {layers}+{layers} layers, d {d}, {heads} heads")
+
+
 # --------------------------------------------------------------------------------------------
 # CNNs
 
@@ -398,10 +425,9 @@ def densenet121(size: str = "test", device: str = "cpu") -> Family:
 
     b, image = _pick(size, (2, 32), (4, 96))
     x = torch.randn(b, 3, image, image, generator=_generator())
-    # The 4 dense blocks and the 3 transitions between them. Inside a dense block the feature list
-    # is live across every cut, and a list cannot be a boundary yet: one stage per dense layer
-    # (6 + 12 + 24 + 16 = 58) needs boundaries that carry the list's tensors (issue 12, open).
-    return _family("densenet121", lambda: torchvision.models.densenet121(memory_efficient=False), (x,), 7, device,
+    # 58 dense layers (6 + 12 + 24 + 16) and the 3 transitions between the dense blocks. Inside a
+    # dense block the feature list is live across every cut: the boundaries carry its tensors.
+    return _family("densenet121", lambda: torchvision.models.densenet121(memory_efficient=False), (x,), 61, device,
                    f"torchvision DenseNet-121, {image}x{image}")
 
 
@@ -489,6 +515,7 @@ FAMILIES: Dict[str, Callable[..., Family]] = {
     "gpt_mask_input": gpt_mask_input,
     "gpt_mask_builtin": gpt_mask_builtin,
     "bert_encoder": bert_encoder,
+    "encoder_decoder": encoder_decoder,
     "two_input": two_input,
     "unet": unet,
     "densenet121": densenet121,

@@ -23,11 +23,15 @@ inline void forEachNestedNode(torch::jit::Node* top,
 
 // prim::Uninitialized stands for a value that another branch defines (an early return in
 // TorchScript source becomes an If whose other branch yields it): output `output` of `n` may hold
-// no value at run time.
+// no value at run time. A block that raises never yields, so its placeholder is never seen
+// (DenseNet's layers raise in the branch that would checkpoint themselves).
 inline bool mayBeUninitialized(const torch::jit::Node* n, size_t output) {
   if (n->kind() == c10::prim::Uninitialized) return true;
   for (const torch::jit::Block* block : n->blocks()) {
-    if (output < block->outputs().size() &&
+    bool raises = false;
+    for (const torch::jit::Node* inner : block->nodes())
+      raises = raises || inner->kind() == c10::prim::RaiseException;
+    if (!raises && output < block->outputs().size() &&
         block->outputs()[output]->node()->kind() == c10::prim::Uninitialized)
       return true;
   }

@@ -3,7 +3,9 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "passes/graph_walk.h"
 #include "passes/partition/steps.h"
@@ -52,19 +54,102 @@ Node* topLevelOwner(Node* n, const torch::jit::Block* top) {
   return n;
 }
 
+// Tensor lists whose contents are known at every position: built by a top-level ListConstruct
+// and changed only by top-level appends (DenseNet's features), their elements computed at the top
+// level. Any other write to the list, or to an alias of it, leaves its contents unknown.
+class TrackedLists {
+ public:
+  TrackedLists(const TopLevelNodes& top, const torch::jit::AliasDb& alias_db)
+      : top_(top), alias_db_(alias_db) {}
+
+  // The elements of `list` before nodes[pos]; nullopt when its contents are not known there.
+  std::optional<std::vector<Value*>> elementsAt(Value* list, size_t pos) {
+    const Contents& contents = contentsOf(list);
+    if (!contents.known) return std::nullopt;
+    std::vector<Value*> elements = contents.initial;
+    for (const auto& [at, element] : contents.appended) {
+      if (at < pos) elements.push_back(element);
+    }
+    return elements;
+  }
+
+ private:
+  struct Contents {
+    bool known = false;
+    std::vector<Value*> initial;
+    std::vector<std::pair<size_t, Value*>> appended;  // (position of the append, element)
+  };
+
+  bool isElement(const Value* v) const {
+    return isTensor(v) && !top_.isHoisted(v) &&
+           (v->node()->kind() == prim::Param || !mayBeUninitialized(v->node(), v->offset()));
+  }
+
+  Contents track(Value* list) const {
+    Contents contents;
+    Node* construct = list->node();
+    const auto list_type = list->type()->cast<c10::ListType>();
+    if (construct->kind() != prim::ListConstruct || !top_.index.count(construct) || !list_type ||
+        list_type->getElementType()->kind() != c10::TypeKind::TensorType)
+      return contents;
+    for (Value* v : construct->inputs()) {
+      if (!isElement(v)) return contents;
+      contents.initial.push_back(v);
+    }
+    std::unordered_set<const Node*> appends;
+    for (const auto& use : list->uses()) {
+      Node* u = use.user;
+      if (u->kind() != c10::aten::append || use.offset != 0 || !top_.index.count(u)) continue;
+      if (!u->output()->uses().empty() || !isElement(u->input(1))) return contents;
+      appends.insert(u);
+      contents.appended.emplace_back(top_.index.at(u), u->input(1));
+    }
+    std::sort(contents.appended.begin(), contents.appended.end());
+    const torch::jit::ValueSet written{list};
+    bool other_writer = false;
+    for (size_t i = top_.index.at(construct) + 1; i < top_.end && !other_writer; ++i) {
+      forEachNestedNode(top_.nodes[i], [&](Node* n) {
+        other_writer = other_writer || (!appends.count(n) && alias_db_.writesToAlias(n, written));
+      });
+    }
+    contents.known = !other_writer;
+    return contents;
+  }
+
+  const Contents& contentsOf(Value* list) {
+    auto it = cache_.find(list);
+    if (it == cache_.end()) it = cache_.emplace(list, track(list)).first;
+    return it->second;
+  }
+
+  const TopLevelNodes& top_;
+  const torch::jit::AliasDb& alias_db_;
+  std::unordered_map<const Value*, Contents> cache_;
+};
+
+// Adds to `cut.live` each element of `cut.lists` that it does not hold yet.
+void addListElements(Cut& cut) {
+  for (const ListBoundary& list : cut.lists) {
+    for (Value* e : list.elements) {
+      if (std::find(cut.live.begin(), cut.live.end(), e) == cut.live.end()) cut.live.push_back(e);
+    }
+  }
+}
+
 // A value crosses the cut before nodes[pos] when it is defined at or before pos and used by
 // nodes[pos] or later. The chain starts at the first position from chain_begin where only tensors
 // and values that can be lifted cross. Tensors defined by then that do not carry the main inputs'
-// data are side values, lifted like attributes (when none does, all are carried). Any other
-// non-tensor defined before the chain makes a cut invalid, and so does any non-tensor defined in
-// it.
+// data are side values, lifted like attributes (when none does, all are carried). A tensor list
+// of known contents defined in the chain is carried as its elements. Any other non-tensor defined
+// before the chain makes a cut invalid, and so does any other non-tensor defined in it.
 std::vector<Cut> validCuts(const TopLevelNodes& top, const torch::jit::AliasDb& alias_db,
                            size_t start_from) {
   std::vector<Cut> cuts;
+  TrackedLists lists(top, alias_db);
   std::optional<size_t> chain_start;
   std::unordered_set<const Value*> carried_from_before;  // pre-chain tensors in boundaries
   for (size_t pos = start_from; pos <= top.end; ++pos) {
-    Cut cut{pos, {}, 0, false};
+    Cut cut{pos, {}, 0, false, {}};
     bool valid = true;
     for (size_t k = 0; k < top.values.size() && valid; ++k) {
       Value* v = top.values[k];
@@ -76,10 +161,15 @@ std::vector<Cut> validCuts(const TopLevelNodes& top, const torch::jit::AliasDb& 
         valid = false;  // may hold no tensor: an early return's placeholder
       } else if (isTensor(v)) {
         if (!chain_start || !before_chain || carried_from_before.count(v)) cut.live.push_back(v);
-      } else if (!before_chain || !isLiftableBeforeChain(v, alias_db)) {
+      } else if (before_chain && isLiftableBeforeChain(v, alias_db)) {
+        continue;  // lifted
+      } else if (auto elements = chain_start ? lists.elementsAt(v, pos) : std::nullopt) {
+        cut.lists.push_back({v, std::move(*elements)});
+      } else {
         valid = false;
       }
     }
+    addListElements(cut);
     if (!valid || cut.live.empty()) continue;
     if (!chain_start) {
       chain_start = pos;
@@ -92,6 +182,8 @@ std::vector<Cut> validCuts(const TopLevelNodes& top, const torch::jit::AliasDb& 
     }
     cuts.push_back(std::move(cut));
   }
+  // The chain's outputs are tensors: it ends at the last cut that carries no list.
+  while (!cuts.empty() && !cuts.back().lists.empty()) cuts.pop_back();
   return cuts;
 }
 

@@ -77,6 +77,18 @@ class StageGraphBuilder {
     stage_.num_activation_inputs = live.size();
   }
 
+  // Each tensor list the boundary carries, built again from its elements (activation inputs).
+  void rebuildLists(const std::vector<ListBoundary>& lists) {
+    for (const ListBoundary& list : lists) {
+      std::vector<Value*> elements;
+      for (Value* e : list.elements) elements.push_back(map_.at(e));
+      Node* construct =
+          g_.createList(list.list->type()->expectRef<c10::ListType>().getElementType(), elements);
+      g_.appendNode(construct);
+      map_[list.list] = construct->output();
+    }
+  }
+
   void cloneNodes(const std::vector<Node*>& nodes, size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
       Node* copy = g_.createClone(nodes[i], [this](Value* v) { return env(v); });
@@ -174,6 +186,7 @@ Stage buildStage(const TopLevelNodes& top, const Cut& in, const Cut& out, size_t
   stage.graph = std::make_shared<Graph>();
   StageGraphBuilder builder(stage, s, lifted);
   builder.addActivationInputs(in.live);
+  builder.rebuildLists(in.lists);
   builder.cloneNodes(top.nodes, in.position, out.position);
   builder.addOutputs(out.live);
   markWrites(stage, top, in, out, lifted, alias_db);

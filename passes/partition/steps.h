@@ -111,11 +111,19 @@ std::unordered_set<const Value*> valuesFromMainInputs(const TopLevelNodes& top);
 
 // ---- 2. Candidate cuts (cuts.cpp) ----
 
+// A tensor list live across a cut (DenseNet's features): the cut carries its elements, and the
+// stage after it builds the list again from them.
+struct ListBoundary {
+  Value* list;
+  std::vector<Value*> elements;  // the list's contents at the cut, in order
+};
+
 struct Cut {
   size_t position;             // index into `nodes`: the cut is before nodes[position]
-  std::vector<Value*> live;    // boundary tensors, in a stable order
+  std::vector<Value*> live;    // boundary tensors, in a stable order (list elements included)
   int64_t bytes = 0;           // what they hold (ValueBytes; one unit per tensor without sizes)
   bool written_later = false;  // a later node writes a boundary tensor in place
+  std::vector<ListBoundary> lists;
 };
 
 struct CandidateCuts {
@@ -125,9 +133,10 @@ struct CandidateCuts {
 // A position is a valid cut when every value live across it (defined before, used after) is a
 // tensor, apart from values defined before the chain, which starts at the first valid cut at or
 // after chain_begin: side tensors (not from the main inputs) and non-tensors that nothing writes
-// (scalars, Optional[Tensor], lists of ints) are lifted, not carried. Writes are judged with
-// AliasDb in the method graph (see writesToActivation). Throws when no position has only tensors
-// live.
+// (scalars, Optional[Tensor], lists of ints) are lifted, not carried. Inside the chain, a tensor
+// list built by a top-level ListConstruct and changed only by top-level appends is carried as its
+// elements at the cut (the first and last cut carry no list). Writes are judged with AliasDb in
+// the method graph (see writesToActivation). Throws when no position has only tensors live.
 CandidateCuts findCandidateCuts(const TopLevelNodes& top, const torch::jit::AliasDb& alias_db,
                                 const ValueBytes& bytes);
 

@@ -178,6 +178,23 @@ class SkipNet(nn.Module):
         return self.d1(torch.cat([F.interpolate(h, scale_factor=2.0), s1], 1))
 
 
+class DenseList(nn.Module):
+    """A DenseNet-style block: each layer reads the concatenation of a growing feature list and
+    appends its output, so the list is live across every cut between layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 3, padding=1)
+        self.layers = nn.ModuleList([nn.Conv2d(4 + 2 * i, 2, 3, padding=1) for i in range(3)])
+        self.head = nn.Conv2d(10, 4, 1)
+
+    def forward(self, x):
+        features: List[torch.Tensor] = [torch.relu(self.stem(x))]
+        for layer in self.layers:
+            features.append(torch.relu(layer(torch.cat(features, 1))))
+        return self.head(torch.cat(features, 1))
+
+
 class Recurrent(nn.Module):
     """Two LSTMs: their weights reach aten::lstm through the Tensor[] attribute _flat_weights."""
 
@@ -192,7 +209,7 @@ class Recurrent(nn.Module):
 MODELS = {
     m.__name__: m
     for m in [PlainChain, Residual, InplaceResidual, BasicBlocks, WithBatchNorm, TwoTensorBoundary, WithLoop, NoCut,
-              Nested, PrologueEpilogue, MaskedBlocks, SkipNet, Recurrent]
+              Nested, PrologueEpilogue, MaskedBlocks, SkipNet, DenseList, Recurrent]
 }
 
 if __name__ == "__main__":
