@@ -18,8 +18,9 @@ MODELS = {
     "vgg11": ({}, 64, 8 + 3, "8 convolutions + 3 linear layers"),
     # MobileNetV2: each InvertedResidual is a prim::If on use_res_connect, never split.
     "mobilenet_v2": ({}, 64, 1 + 17 + 1 + 1, "features.0 + 17 InvertedResiduals + features.18 + classifier"),
-    # DenseNet: a dense block keeps a list of features live, so cuts only around transitions.
-    "densenet121": ({}, 64, 1 + 4 + 3 + 1, "stem + 4 dense blocks + 3 transition convs + classifier"),
+    # DenseNet: a dense block keeps a list of features live; the cuts inside it carry the list's
+    # tensors. By tensor count (no example inputs) each dense layer's two convolutions get a stage.
+    "densenet121": ({}, 64, 1 + 2 * 58 + 3 + 1, "stem + 2 per dense layer + 3 transition convs + classifier"),
     # Inception v3 (input 299: the aux branch needs 17x17 after Mixed_6e): 5 BasicConv2d stem
     # stages + Mixed_5b..6e; the aux branch yields an Optional[Tensor] live until the output
     # tuple, so the chain ends before it and Mixed_7* stay in the epilogue.
@@ -52,8 +53,12 @@ def test_torchvision_partition_runs_exactly(name):
     expected, why = MODELS[name][2], MODELS[name][3]
     assert info["num_stages"] == expected, f"{name}: expected {why}\n{info['labels']}"
     assert info["warnings"] == []
-    # CNNs: every boundary carries one tensor.
-    assert info["num_activation_inputs"] == [1] * expected
+    if name == "densenet121":
+        # The widest cut: between the two convolutions of the third dense block's last layer, the
+        # block's input, its 23 earlier layers' features and the bottleneck.
+        assert max(info["num_activation_inputs"]) == 1 + 23 + 1
+    else:  # every boundary carries one tensor
+        assert info["num_activation_inputs"] == [1] * expected
     assert info["num_chain_outputs"] == 1
     for train in (True, False):
         reference = copy.deepcopy(module).train(train)
