@@ -64,8 +64,11 @@ std::shared_ptr<const ChainStages> stagesFromState(const Json& meta,
   for (size_t s = 0; s < texts.size(); ++s) {
     const Json& m = stage_meta[s];
     StageSpec stage;
-    stage.graph =
-        graphFromText(texts[s], m.at("num_constants").get<int64_t>(), constants, next_constant);
+    MovedConstants moved;
+    moved.count = m.at("num_constants").get<int64_t>();
+    if (m.contains("pickled_constants"))  // older files moved tensors only
+      moved.pickled = m.at("pickled_constants").get<std::vector<int64_t>>();
+    stage.graph = graphFromText(texts[s], moved, constants, next_constant);
     stage.num_activation_inputs = m.at("num_activation_inputs").get<size_t>();
     stage.lifted = m.at("lifted").get<std::vector<size_t>>();
     stage.mutated_lifted = m.at("mutated_lifted").get<std::vector<size_t>>();
@@ -103,15 +106,16 @@ Plan::State Plan::getState() const {
   Json stage_meta = Json::array();
   for (int l = 1; l <= numStages(); ++l) {
     const StageSpec& s = stages_->stage(l);
-    int64_t count = 0;
-    texts.push_back(graphToText(*s.graph, constants, count));
+    MovedConstants moved;
+    texts.push_back(graphToText(*s.graph, constants, moved));
     stage_meta.push_back({{"num_activation_inputs", s.num_activation_inputs},
                           {"lifted", s.lifted},
                           {"mutated_lifted", s.mutated_lifted},
                           {"writes_activation_input", s.writes_activation_input},
                           {"has_random_ops", stages_->hasRandomOps(l)},
                           {"label", s.label},
-                          {"num_constants", count}});
+                          {"num_constants", moved.count},
+                          {"pickled_constants", moved.pickled}});
   }
   meta["stages"] = stage_meta;
   return {meta.dump(), texts, constants};

@@ -4,6 +4,7 @@ stage per block, trains bit for bit like the unmodified model at the smallest li
 and keeps its measured peak within that limit."""
 import os
 import re
+import subprocess
 import sys
 from typing import Dict, List, Optional, Tuple
 
@@ -133,6 +134,35 @@ def test_measured_peak_within_limit(family, profiled, smallest):
     assert memory.peak <= info["memory_limit"] * 1.10 + 64 * 1024, \
         f"{family.name}: measured peak {memory.peak} bytes, limit {info['memory_limit']} " \
         f"(predicted {info['predicted_peak']}, {info['num_stages']} stages)"
+
+
+# Loads a saved rewritten module in a fresh process (nothing of this one's state, only the file
+# and `import jitckpt`) and trains it there as train() does; argv: family, module file, records.
+FRESH_PROCESS_TRAINING = """
+import sys
+import torch
+import jitckpt  # registers the jitckpt::chain op and the Plan class that the file needs
+sys.path[:0] = [{test_dir!r}, {bench_dir!r}]
+import families, test_model_families
+family = families.FAMILIES[sys.argv[1]]("test")
+records = test_model_families.train(torch.jit.load(sys.argv[2]), family)
+torch.save(records, sys.argv[3])
+"""
+
+
+def test_saved_module_trains_identically_in_a_fresh_process(family, profiled, smallest, tmp_path):
+    """torch.jit.save of the rewritten module at the smallest limit, torch.jit.load in another
+    process: every constant of its stage graphs (the -inf of a causal mask, NaN, tuples, strings,
+    devices) comes back, and training there is bit-identical to the unmodified model's."""
+    model = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=smallest, reuse_profile_of=profiled)
+    path, out = tmp_path / "model.pt", tmp_path / "records.pt"
+    torch.jit.save(model, str(path))
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = FRESH_PROCESS_TRAINING.format(test_dir=here, bench_dir=os.path.join(here, "..", "..", "bench"))
+    done = subprocess.run([sys.executable, "-c", script, family.name, str(path), str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{family.name}: the fresh process failed:\n{done.stderr[-3000:]}"
+    assert_same_training(f"{family.name}, saved and loaded", train(family.make(0), family), torch.load(str(out)))
 
 
 @pytest.mark.parametrize("name", ["lstm_stack", "gru"])
