@@ -38,7 +38,7 @@ const Tensors& ScheduleExecutor::stageInput(int l) const {
 Tensors ScheduleExecutor::runInference() {
   Tensors current = *a_[0];
   a_[0].reset();
-  for (int l = 1; l <= L_; ++l) current = runner_.forward(l, current);
+  for (int l = 1; l <= L_; ++l) current = runner_.inference(l, current);
   return current;
 }
 

@@ -118,10 +118,18 @@ c10::IValue StageRunner::liftedValue(int l, size_t k, bool recomputation) {
   return recomputation ? c10::IValue(live.detach().clone()) : c10::IValue(live);
 }
 
-Tensors StageRunner::run(int l, const Tensors& activations, bool record) {
+bool StageRunner::isSideRequiringGrad(size_t k) const {
+  if (stages_->lifted()[k].kind != LiftedKind::Side) return false;
+  const at::Tensor& t = arguments_.lifted_tensors[stages_->position(k)];
+  return t.defined() && t.requires_grad();
+}
+
+Tensors StageRunner::run(int l, const Tensors& activations, Mode mode,
+                         std::vector<std::pair<size_t, at::Tensor>>* side_leaves) {
   const StageSpec& stage = stages_->stage(l);
   const bool recomputation = ran_[l];
-  c10::AutoGradMode grad_mode(record);
+  c10::AutoGradMode grad_mode(mode == Mode::Inference ? c10::GradMode::is_enabled()
+                                                      : mode == Mode::Record);
   torch::jit::Stack stack;
   stack.reserve(activations.size() + stage.lifted.size());
   for (const auto& t : activations) {
@@ -129,7 +137,15 @@ Tensors StageRunner::run(int l, const Tensors& activations, bool record) {
     // through it to the leaf.
     stack.emplace_back(stage.writes_activation_input ? t.clone() : t);
   }
-  for (size_t k : stage.lifted) stack.push_back(liftedValue(l, k, recomputation));
+  for (size_t k : stage.lifted) {
+    if (side_leaves && isSideRequiringGrad(k)) {
+      at::Tensor leaf = arguments_.lifted_tensors[stages_->position(k)].detach().requires_grad_();
+      side_leaves->emplace_back(stages_->position(k), leaf);
+      stack.emplace_back(std::move(leaf));
+    } else {
+      stack.push_back(liftedValue(l, k, recomputation));
+    }
+  }
   // Random ops see the same numbers on recomputation: replay the generator state of the first
   // run, then put back the state the rest of the step expects.
   std::optional<RngState> resume;
@@ -162,10 +178,19 @@ Tensors StageRunner::run(int l, const Tensors& activations, bool record) {
 }
 
 Tensors StageRunner::forward(int l, const Tensors& activations) {
+  if (stages_->hasAutogradDependentKernels(l)) {
+    Tensors outputs = recordedForward(l, activations).outputs;  // the graph goes with it
+    for (auto& t : outputs) t = t.detach();
+    return outputs;
+  }
   Tensors detached;
   detached.reserve(activations.size());
   for (const auto& t : activations) detached.push_back(t.detach());
-  return run(l, detached, /*record=*/false);
+  return run(l, detached, Mode::Forward);
+}
+
+Tensors StageRunner::inference(int l, const Tensors& activations) {
+  return run(l, activations, Mode::Inference);
 }
 
 RecordedStage StageRunner::recordedForward(int l, const Tensors& activations) {
@@ -174,7 +199,7 @@ RecordedStage StageRunner::recordedForward(int l, const Tensors& activations) {
   for (const auto& t : activations) {
     recorded.leaves.push_back(t.detach().requires_grad_(gradient_flows && t.is_floating_point()));
   }
-  recorded.outputs = run(l, recorded.leaves, /*record=*/true);
+  recorded.outputs = run(l, recorded.leaves, Mode::Record, &recorded.side_leaves);
   return recorded;
 }
 
@@ -207,9 +232,14 @@ StageGradients StageRunner::backward(int l, RecordedStage recorded, const Tensor
     wrt.push_back(recorded.leaves[i]);
     targets.emplace_back(true, i);
   }
-  const size_t num_input_leaves = wrt.size();
+  for (auto& [position, leaf] : recorded.side_leaves) {
+    wrt.push_back(std::move(leaf));
+    targets.emplace_back(false, position);
+  }
+  recorded.side_leaves.clear();
+  const size_t num_leaves_to_return = wrt.size();
   for (size_t k : stages_->stage(l).lifted) {
-    if (stages_->lifted()[k].kind == LiftedKind::Scalar) continue;
+    if (stages_->lifted()[k].kind == LiftedKind::Scalar || isSideRequiringGrad(k)) continue;
     const size_t position = stages_->position(k);
     if (!arguments_.lifted_tensors[position].requires_grad()) continue;
     wrt.push_back(arguments_.lifted_tensors[position]);
@@ -217,18 +247,18 @@ StageGradients StageRunner::backward(int l, RecordedStage recorded, const Tensor
   }
   StageGradients gradients;
   gradients.inputs.resize(recorded.leaves.size());
-  Tensors computed = stageBackward(roots, root_grads, wrt, num_input_leaves);
+  Tensors computed = stageBackward(roots, root_grads, wrt, num_leaves_to_return);
   roots.clear();
   for (size_t i = 0; i < computed.size(); ++i) {
     if (!computed[i].defined()) continue;
     const auto [is_input, index] = targets[i];
     if (is_input) {
       gradients.inputs[index] = std::move(computed[i]);
-    } else if (arguments_.lifted_tensors[index].is_leaf()) {
+    } else if (i < num_leaves_to_return) {
+      gradients.lifted.emplace_back(index, std::move(computed[i]));
+    } else {
       // Only when stageBackward had to return them all at once (see stage_backward.h).
       accumulateIntoGrad(arguments_.lifted_tensors[index], std::move(computed[i]));
-    } else {
-      gradients.lifted.emplace_back(index, std::move(computed[i]));
     }
   }
   return gradients;

@@ -44,17 +44,21 @@ std::vector<std::vector<int64_t>> inputShapes(const ChainStages& stages,
                                               const ChainArguments& arguments);
 
 // abar^l: the detached inputs of a recorded run (leaves, requiring grad where a gradient flows)
-// and its outputs with their autograd graph.
+// and its outputs with their autograd graph. Lifted tensors computed before the chain that
+// require grad (side values: an embedding that several stages read) enter the run as detached
+// leaves too, by position in ChainArguments::lifted_tensors: B stops at them, so the graph before
+// the chain is walked once, by autograd, with the gradient the op returns.
 struct RecordedStage {
   Tensors leaves;
   Tensors outputs;
+  std::vector<std::pair<size_t, at::Tensor>> side_leaves;
 };
 
 struct StageGradients {
   Tensors inputs;  // one per stage input, undefined where none (delta^{l-1})
-  // Gradients of lifted tensors that are not leaves (computed before the chain), by position in
-  // ChainArguments::lifted_tensors: they flow back through the op. Leaves' (parameters') go into
-  // their .grad as they are made, as AccumulateGrad does.
+  // Gradients of the side values (see RecordedStage), by position in
+  // ChainArguments::lifted_tensors: they flow back through the op. Parameters' go into their
+  // .grad as they are made, as AccumulateGrad does.
   std::vector<std::pair<size_t, at::Tensor>> lifted;
 };
 
@@ -74,8 +78,12 @@ class StageRunner {
   bool inputRequiresGrad() const { return input_requires_grad_; }
   const std::vector<c10::Device>& devices() const { return devices_; }  // non-CPU, in use
 
-  // F∅/Fck(l): outputs without an autograd graph.
+  // F∅/Fck(l): outputs without an autograd graph (kept). A stage whose kernels depend on the
+  // autograd state (hasAutogradDependentKernels: PyTorch 2.x runs RNNs with other bits under
+  // no_grad) runs as Fall does and its graph is dropped at once; the others run under no_grad.
   Tensors forward(int l, const Tensors& activations);
+  // The stage as the caller's grad mode runs it, recording nothing (inference).
+  Tensors inference(int l, const Tensors& activations);
   // Fall(l): the stage on detached leaf copies of its inputs, recording its autograd graph. The
   // leaves require grad when floating point and a gradient flows there (l > 1, or the chain
   // input requires grad).
@@ -88,7 +96,11 @@ class StageRunner {
   Tensors gradientTargets(int l) const;
 
  private:
-  Tensors run(int l, const Tensors& activations, bool record);
+  enum class Mode { Inference, Forward, Record };
+  Tensors run(int l, const Tensors& activations, Mode mode,
+              std::vector<std::pair<size_t, at::Tensor>>* side_leaves = nullptr);
+  // Side values reach recorded runs as leaves of their own (see RecordedStage).
+  bool isSideRequiringGrad(size_t k) const;
   c10::IValue liftedValue(int l, size_t k, bool recomputation);
 
   std::shared_ptr<const ChainStages> stages_;

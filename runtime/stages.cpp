@@ -3,17 +3,31 @@
 
 #include <c10/util/Exception.h>
 
+#include <functional>
+#include <string>
+#include <unordered_set>
+
 namespace jitckpt {
 namespace {
 
-bool containsRandomOps(const torch::jit::Block* block) {
+bool containsNode(const torch::jit::Block* block,
+                  const std::function<bool(const torch::jit::Node*)>& is) {
   for (const torch::jit::Node* n : block->nodes()) {
-    if (n->isNondeterministic()) return true;
+    if (is(n)) return true;
     for (const auto* b : n->blocks()) {
-      if (containsRandomOps(b)) return true;
+      if (containsNode(b, is)) return true;
     }
   }
   return false;
+}
+
+// Ops whose CPU or CUDA kernel depends on grad mode and on which inputs require grad (PyTorch
+// 2.x picks oneDNN's inference or training RNN kernels, or the native one, by them).
+bool choosesKernelByAutograd(const torch::jit::Node* n) {
+  static const std::unordered_set<std::string> kinds = {"aten::lstm", "aten::gru", "aten::rnn_tanh",
+                                                        "aten::rnn_relu",
+                                                        "aten::scaled_dot_product_attention"};
+  return kinds.count(n->kind().toQualString()) > 0;
 }
 
 }  // namespace
@@ -51,7 +65,9 @@ ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<Lifte
       TORCH_CHECK(k < lifted_.size(), "jitckpt: stage ", s + 1, " reads lifted value ", k, " of ",
                   lifted_.size());
     }
-    random_.push_back(containsRandomOps(stage.graph->block()));
+    random_.push_back(containsNode(
+        stage.graph->block(), [](const torch::jit::Node* n) { return n->isNondeterministic(); }));
+    autograd_kernels_.push_back(containsNode(stage.graph->block(), choosesKernelByAutograd));
     stages_.push_back(std::move(stage));
   }
   codes_.resize(stages_.size());

@@ -49,6 +49,9 @@ class ChainStages {
   const StageSpec& stage(int l) const { return stages_.at(l - 1); }  // l = 1..L
   const std::vector<StageSpec>& stages() const { return stages_; }
   bool hasRandomOps(int l) const { return random_.at(l - 1); }  // dropout and the like
+  // Whether stage l holds an op whose kernel depends on the autograd state (RNNs, attention):
+  // its runs without a graph must still run as the recording run does to give the same bits.
+  bool hasAutogradDependentKernels(int l) const { return autograd_kernels_.at(l - 1); }
   const std::vector<LiftedSpec>& lifted() const { return lifted_; }
   // Where lifted value k arrives: its index among the op's lifted tensors (Parameter, Buffer) or
   // lifted scalars (Scalar).
@@ -61,6 +64,7 @@ class ChainStages {
  private:
   std::vector<StageSpec> stages_;
   std::vector<bool> random_;
+  std::vector<bool> autograd_kernels_;
   std::vector<LiftedSpec> lifted_;
   std::vector<size_t> position_;
   size_t num_tensors_ = 0;
