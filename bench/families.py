@@ -15,7 +15,7 @@ Families (all script on PyTorch 1.13 and 2.x, with dropout where the family has 
   gpt_mask_input       GPT decoder, matmul/softmax attention, additive causal mask passed in
   gpt_mask_builtin     the same, causal mask (torch.triu) and positions (torch.arange) built in forward
   bert_encoder         BERT encoder, 0/1 attention mask made additive in forward, post-LN, pooler
-  encoder_decoder      nn.Transformer: every decoder layer reads the encoder's output
+  encoder_decoder      pre-LN encoder-decoder, source padding mask: every decoder block reads the encoder's output
   two_input            an image branch of convs and a vector input, fused; returns (logits, aux)
   unet                 U-Net (4 levels, long skips by torch.cat)
   densenet121          torchvision's DenseNet-121 (memory_efficient=False)
@@ -296,30 +296,93 @@ def bert_encoder(size: str = "test", device: str = "cpu") -> Family:
                    layers, device, f"BERT encoder, {layers} layers, d {d}, {heads} heads")
 
 
+class Attention(nn.Module):
+    """Multi-head attention of x over a context (x itself for self-attention), additive mask."""
+
+    def __init__(self, d: int, heads: int, dropout: float):
+        super().__init__()
+        self.q = nn.Linear(d, d)
+        self.kv = nn.Linear(d, 2 * d)
+        self.proj = nn.Linear(d, d)
+        self.drop = nn.Dropout(dropout)
+        self.heads = heads
+
+    def forward(self, x: Tensor, context: Tensor, mask: Tensor) -> Tensor:
+        b, t, c, s = x.size(0), x.size(1), x.size(2), context.size(1)
+        q = self.q(x).view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        k, v = self.kv(context).split(c, dim=2)
+        k = k.view(b, s, self.heads, c // self.heads).transpose(1, 2)
+        v = v.view(b, s, self.heads, c // self.heads).transpose(1, 2)
+        att = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(c // self.heads)) + mask
+        att = self.drop(F.softmax(att, dim=-1))
+        return self.proj(torch.matmul(att, v).transpose(1, 2).contiguous().view(b, t, c))
+
+
+class EncoderBlock(nn.Module):
+    def __init__(self, d: int, heads: int, dropout: float):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = Attention(d, heads, dropout)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d), nn.Dropout(dropout))
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        h = self.ln1(x)
+        x = x + self.attn(h, h, mask)
+        return x + self.mlp(self.ln2(x))
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, d: int, heads: int, dropout: float):
+        super().__init__()
+        self.ln1, self.ln2, self.ln3 = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+        self.self_attn = Attention(d, heads, dropout)
+        self.cross_attn = Attention(d, heads, dropout)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d), nn.Dropout(dropout))
+
+    def forward(self, x: Tensor, memory: Tensor, causal: Tensor, memory_mask: Tensor) -> Tensor:
+        h = self.ln1(x)
+        x = x + self.self_attn(h, h, causal)
+        x = x + self.cross_attn(self.ln2(x), memory, memory_mask)
+        return x + self.mlp(self.ln3(x))
+
+
 class EncoderDecoder(nn.Module):
-    """nn.Transformer (batch_first) over source and target tokens, the causal target mask built in
-    forward: every decoder layer reads the encoder's output (memory) besides its own stream."""
+    """A pre-LN encoder-decoder over source and target tokens with a source padding mask: every
+    decoder block reads the encoder's output (memory) besides its own stream; the additive masks
+    (-inf where padded, and the causal one) are built in forward."""
 
     def __init__(self, vocab: int, d: int, heads: int, layers: int, dropout: float):
         super().__init__()
         self.src_emb = nn.Embedding(vocab, d)
         self.tgt_emb = nn.Embedding(vocab, d)
-        self.transformer = nn.Transformer(d, heads, layers, layers, 4 * d, dropout, batch_first=True)
+        self.encoder = nn.ModuleList([EncoderBlock(d, heads, dropout) for _ in range(layers)])
+        self.decoder = nn.ModuleList([DecoderBlock(d, heads, dropout) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab)
 
-    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+    def forward(self, src: Tensor, tgt: Tensor, src_padding: Tensor) -> Tensor:
         t = tgt.size(1)
-        mask = torch.triu(torch.full((t, t), float("-inf"), device=tgt.device), diagonal=1)
-        return self.head(self.transformer(self.src_emb(src), self.tgt_emb(tgt), tgt_mask=mask))
+        pad = torch.zeros(src_padding.shape, device=src.device).masked_fill(src_padding, float("-inf"))
+        pad = pad[:, None, None, :]
+        causal = torch.triu(torch.full((t, t), float("-inf"), device=tgt.device), diagonal=1)
+        memory = self.src_emb(src)
+        for block in self.encoder:
+            memory = block(memory, pad)
+        x = self.tgt_emb(tgt)
+        for block in self.decoder:
+            x = block(x, memory, causal, pad)
+        return self.head(self.ln_f(x))
 
 
 def encoder_decoder(size: str = "test", device: str = "cpu") -> Family:
-    b, t, vocab, d, heads, layers = _pick(size, (4, 16, 32, 16, 2, 2), (4, 128, 1024, 256, 4, 4))
+    b, t, vocab, d, heads, layers = _pick(size, (4, 16, 32, 16, 2, 2), (4, 128, 1024, 256, 4, 6))
     g = _generator()
     src = torch.randint(0, vocab, (b, t), generator=g)
     tgt = torch.randint(0, vocab, (b, t), generator=g)
-    return _family("encoder_decoder", lambda: EncoderDecoder(vocab, d, heads, layers, 0.1), (src, tgt),
-                   2 * layers, device, f"nn.Transformer, {layers}+{layers} layers, d {d}, {heads} heads")
+    src_padding = torch.zeros(b, t, dtype=torch.bool)
+    src_padding[-1, t - t // 4:] = True  # the last source is padded at its end
+    return _family("encoder_decoder", lambda: EncoderDecoder(vocab, d, heads, layers, 0.1), (src, tgt, src_padding),
+                   2 * layers, device, f"encoder-decoder, {layers}+{layers} blocks, d {d}, {heads} heads")
 
 
 # --------------------------------------------------------------------------------------------

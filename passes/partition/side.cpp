@@ -71,10 +71,13 @@ std::unordered_map<const Value*, InputSet> dataSources(const TopLevelNodes& top)
   return sources;
 }
 
-// The inputs whose data reaches the first heavy op that reads any input's data.
+// The inputs whose data reaches the first heavy op that reads any input's data, from chain_begin
+// on: once side computations have moved before it, their heavy ops (the target's embedding of an
+// encoder-decoder, computed beside the source's) do not choose the main inputs again.
 InputSet mainInputSet(const TopLevelNodes& top,
                       const std::unordered_map<const Value*, InputSet>& sources) {
-  for (Node* n : top.nodes) {
+  for (size_t i = top.chain_begin; i < top.end; ++i) {
+    Node* n = top.nodes[i];
     if (!isHeavyOp(n)) continue;
     InputSet from = 0;
     for (const Value* v : dataReads(n)) {
