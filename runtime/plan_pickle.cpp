@@ -1,6 +1,8 @@
 // Plan serialization (torch::class_ def_pickle): metadata as JSON, stage graphs as IR text, tensor
 // constants as tensors. Format 1.
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
 
 #include "runtime/graph_text.h"
 #include "runtime/plan.h"
@@ -9,6 +11,16 @@ namespace jitckpt {
 namespace {
 
 using Json = nlohmann::json;
+
+// The first line of a message that is not blank (the IR parser's start with a newline).
+std::string firstLineOf(const std::string& message) {
+  std::istringstream lines(message);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.find_first_not_of(" \t") != std::string::npos) return line;
+  }
+  return message;
+}
 
 Json solutionToJson(const Solution& s) {
   Json meta;
@@ -68,7 +80,12 @@ std::shared_ptr<const ChainStages> stagesFromState(const Json& meta,
     moved.count = m.at("num_constants").get<int64_t>();
     if (m.contains("pickled_constants"))  // older files moved tensors only
       moved.pickled = m.at("pickled_constants").get<std::vector<int64_t>>();
-    stage.graph = graphFromText(texts[s], moved, constants, next_constant);
+    try {
+      stage.graph = graphFromText(texts[s], moved, constants, next_constant);
+    } catch (const std::exception& e) {  // the IR parser's ErrorReport is no c10::Error
+      TORCH_CHECK(false, "corrupt jitckpt plan in this file: the graph of stage ", s + 1,
+                  " does not parse (", firstLineOf(e.what()), "); re-create it with jitckpt");
+    }
     stage.num_activation_inputs = m.at("num_activation_inputs").get<size_t>();
     stage.lifted = m.at("lifted").get<std::vector<size_t>>();
     stage.mutated_lifted = m.at("mutated_lifted").get<std::vector<size_t>>();

@@ -37,8 +37,10 @@ torch::jit::Module loadModule(const std::string& path) {
   try {
     return torch::jit::load(path);
   } catch (const std::exception& e) {
+    // The reason: the message's first line that is not blank (parser errors start with one).
     std::string what = e.what();
-    what = what.substr(0, what.find('\n'));
+    const size_t start = std::min(what.find_first_not_of(" \n"), what.size());
+    what = what.substr(start, what.find('\n', start) - start);
     throw std::runtime_error("cannot load '" + path + "' as a TorchScript module (" + what +
                              "); save one with torch.jit.save(torch.jit.script(model), path)");
   }
