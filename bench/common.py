@@ -14,6 +14,18 @@ import zoo
 Step = Callable[[], None]
 
 
+def pyplot():
+    """matplotlib.pyplot drawing to files (Agg), or None with a note when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no plot")
+        return None
+    return plt
+
+
 def use_threads(threads: int = 0) -> int:
     """Sets the intra-op thread count (0: one per core) and returns it. Set explicitly: some
     machines' OpenMP starts with one thread whatever the core count (seen on the 2-core CI kind,

@@ -47,7 +47,7 @@ import torch.utils.checkpoint
 import jitckpt
 import summary
 import zoo
-from common import (is_out_of_memory, make_step, paired_ratio, release_memory, step_peak, steps_per_run,
+from common import (is_out_of_memory, make_step, pyplot, paired_ratio, release_memory, step_peak, steps_per_run,
                     timed_run, use_threads)
 
 FIELDS = ["strategy", "parameter", "status", "limit_bytes", "measured_peak", "measured_ms", "throughput",
@@ -285,12 +285,8 @@ def draw(ax, rows: List[Dict], title: str) -> None:
 
 
 def plot(rows: List[Dict], title: str, path: str) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib missing: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     draw(ax, rows, title)

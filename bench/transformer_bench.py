@@ -38,7 +38,7 @@ import torch
 
 import families
 import jitckpt
-from common import is_out_of_memory, release_memory, step_peak, timed_run, use_threads
+from common import is_out_of_memory, pyplot, release_memory, step_peak, timed_run, use_threads
 
 # Short name -> (family, goal for the smallest point's peak ratio to plain).
 MODELS = {"gpt": ("gpt_mask_builtin", 0.25), "encoder": ("transformer_encoder", 0.35)}
@@ -226,12 +226,8 @@ def table(rows: List[Dict]) -> str:
 
 
 def plot(rows: List[Dict], title: str, path: str) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib missing: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     models = list(dict.fromkeys(r["model"] for r in rows))
     fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 4.2), squeeze=False)
