@@ -38,15 +38,27 @@ def loss_of(output) -> torch.Tensor:
     return zoo.logits(output).float().pow(2).mean()
 
 
-def make_step(model: Callable, x: torch.Tensor, parameters: Sequence[torch.Tensor]) -> Step:
-    """One training step. Gradients are zeroed, not freed: they stay allocated across steps as
-    model memory, outside what the step's peak counts."""
-    def step() -> None:
-        for p in parameters:
-            if p.grad is not None:
-                p.grad.zero_()
-        loss_of(model(x)).backward()
-    return step
+class TrainingStep:
+    """One training step: forward, loss, backward, with every .grad set to None first (as
+    zero_grad(set_to_none=True), PyTorch 2.x's default, does). step_peak releases the gradients
+    before it starts counting, so each strategy's peak includes the parameter gradients that its
+    backward makes, as they are made."""
+
+    def __init__(self, run: Callable[[], torch.Tensor], parameters: Sequence[torch.Tensor]):
+        self.run = run
+        self.parameters = list(parameters)
+
+    def release_gradients(self) -> None:
+        for p in self.parameters:
+            p.grad = None
+
+    def __call__(self) -> None:
+        self.release_gradients()
+        self.run().backward()
+
+
+def make_step(model: Callable, x: torch.Tensor, parameters: Sequence[torch.Tensor]) -> TrainingStep:
+    return TrainingStep(lambda: loss_of(model(x)), parameters)
 
 
 def synchronize(device: str) -> None:
@@ -57,6 +69,9 @@ def synchronize(device: str) -> None:
 def step_peak(step: Step, device: str) -> int:
     """Peak bytes of tensor memory one step holds above what was held before it: the counting
     allocator on the CPU (exact), the caching allocator's allocated-bytes peak on CUDA."""
+    release = getattr(step, "release_gradients", None)
+    if release is not None:
+        release()
     if device.startswith("cuda"):
         synchronize(device)
         torch.cuda.reset_peak_memory_stats()

@@ -38,7 +38,7 @@ import torch
 
 import families
 import jitckpt
-from common import is_out_of_memory, pyplot, release_memory, step_peak, timed_run, use_threads
+from common import TrainingStep, is_out_of_memory, pyplot, release_memory, step_peak, timed_run, use_threads
 
 # Short name -> (family, goal for the smallest point's peak ratio to plain).
 MODELS = {"gpt": ("gpt_mask_builtin", 0.25), "encoder": ("transformer_encoder", 0.35)}
@@ -50,15 +50,9 @@ FIELDS = ["model", "family", "point", "status", "num_stages", "blocks", "limit_b
           "meets_goal", "note"]
 
 
-def family_step(model: Callable, family: families.Family, parameters: List[torch.Tensor]) -> Callable[[], None]:
-    """One training step with the family's inputs and loss. Gradients are zeroed, not freed (as
-    common.make_step does): they stay allocated across steps, outside the step's peak."""
-    def step() -> None:
-        for p in parameters:
-            if p.grad is not None:
-                p.grad.zero_()
-        family.loss(model(*family.inputs)).backward()
-    return step
+def family_step(model: Callable, family: families.Family, parameters: List[torch.Tensor]) -> TrainingStep:
+    """One training step with the family's inputs and loss (see common.TrainingStep)."""
+    return TrainingStep(lambda: family.loss(model(*family.inputs)), parameters)
 
 
 @dataclass

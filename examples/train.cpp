@@ -38,7 +38,9 @@ int main(int argc, char** argv) {
     torch::optim::SGD optimizer(parameters, torch::optim::SGDOptions(0.01).momentum(0.9));
     for (int step = 0; step < steps; ++step) {
       torch::Tensor x = torch::randn(shape);
-      optimizer.zero_grad();
+      // Gradients freed, not zeroed (zero_grad's default on libtorch 2.x, not on 1.13): the
+      // chain's new ones then take .grad's place instead of being held beside it.
+      for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
       torch::Tensor loss = rewritten.forward({x}).toTensor().pow(2).mean();
       loss.backward();
       optimizer.step();

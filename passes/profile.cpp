@@ -62,34 +62,20 @@ std::function<void(int, int)> defaultProgress() {
   };
 }
 
-// B runs as the executor runs it, which adds parameter gradients into .grad. These are zeroed
-// stand-ins, allocated before any measurement: model memory held across the step, as in a
-// training step whose gradients already exist. The user's .grad is given back afterwards.
-class GradStandIns {
- public:
-  explicit GradStandIns(const Tensors& lifted) {
-    for (const auto& t : lifted) {
-      if (!t.defined() || !t.requires_grad() || !t.is_leaf()) continue;
-      saved_.emplace_back(t, t.grad());
-      t.mutable_grad() = at::zeros_like(t);
-    }
-  }
-  ~GradStandIns() {
-    // In reverse, so that a tensor lifted twice ends with its own gradient, not a stand-in.
-    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it)
-      it->first.mutable_grad() = it->second;
-  }
-  GradStandIns(const GradStandIns&) = delete;
-  GradStandIns& operator=(const GradStandIns&) = delete;
-
- private:
-  std::vector<std::pair<at::Tensor, at::Tensor>> saved_;
-};
-
 c10::Device chainDevice(const ChainArguments& arguments) {
   for (const auto& t : arguments.inputs) return t.device();
   for (const auto& t : arguments.lifted_tensors) return t.device();
   return c10::Device(c10::kCPU);
+}
+
+// The bytes of the parameters' gradients B returned: model memory, as .grad is, not charged to
+// the stage.
+int64_t parameterGradBytes(const StageRunner& runner, const StageGradients& gradients) {
+  Tensors parameter_grads;
+  for (const auto& [position, gradient] : gradients.lifted) {
+    if (runner.arguments().lifted_tensors[position].is_leaf()) parameter_grads.push_back(gradient);
+  }
+  return storageBytes(parameter_grads);
 }
 
 // Memory of F∅/Fck, Fall and B of stage l (deterministic: measured once). Returns a^l.
@@ -109,8 +95,8 @@ Tensors measureMemory(StageRunner& runner, int l, const Tensors& current,
   const StageGradients gradients = runner.backward(l, std::move(recorded), deltas);
   const int64_t peak = probe.peakBytes() - base;
   s.input_grad_bytes = storageBytes(gradients.inputs);
-  s.parameter_grad_bytes = storageBytes(runner.gradientTargets(l));  // a gradient's size
-  s.backward_overhead = std::max<int64_t>(0, peak - s.input_grad_bytes);
+  s.parameter_grad_bytes = parameterGradBytes(runner, gradients);
+  s.backward_overhead = std::max<int64_t>(0, peak - s.input_grad_bytes - s.parameter_grad_bytes);
   return outputs;
 }
 
@@ -160,13 +146,17 @@ int64_t measureUnconstrainedPeak(StageRunner& runner, const Tensors& chain_input
     current = recorded[l]->outputs;
   }
   current.clear();
+  int64_t peak = probe.peakBytes();
   for (int l = L; l >= 1; --l) {
+    probe.resetPeak();
     StageGradients gradients = runner.backward(l, std::move(*recorded[l]), delta);
     recorded[l].reset();
     delta = std::move(gradients.inputs);
+    // As ob: the parameters' gradients are model memory, dropped here (see measureMemory).
+    peak = std::max(peak, probe.peakBytes() - parameterGradBytes(runner, gradients));
   }
   delta.clear();
-  return probe.peakBytes() - base + held_from_start;
+  return peak - base + held_from_start;
 }
 
 void appendStage(solver::Costs& c, const StageProfile& s, int l) {
@@ -203,7 +193,6 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   const c10::Device device = chainDevice(arguments);
   auto probe = probes::makeMemoryProbe(device);  // first: it must see the frees of what follows
   auto stopwatch = probes::makeStopwatch(device);
-  const GradStandIns grad_stand_ins(arguments.lifted_tensors);
   StageRunner runner(std::move(stages), arguments, StageRunner::BufferWrites::Scratch);
   const RngStateGuard rng({device});
   const auto progress = options.progress ? options.progress : defaultProgress();

@@ -4,6 +4,7 @@
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/graph_task.h>
 
 #include "runtime/executor.h"
 #include "runtime/replan.h"
@@ -19,6 +20,24 @@ ChainArguments argumentsOf(at::TensorList inputs, at::TensorList lifted_tensors,
   ChainArguments arguments{inputs.vec(), lifted_tensors.vec(), {}};
   for (c10::IValue v : lifted_scalars) arguments.lifted_scalars.push_back(std::move(v));
   return arguments;
+}
+
+// The chain's parameter gradients reach .grad through autograd, as the model's do, so they are
+// all held until the chain's backward ends: while .grad is None they take the place .grad would;
+// beside existing gradients they are extra.
+void warnIfGradientsAreHeld(const std::vector<at::Tensor>& lifted) {
+  int64_t bytes = 0;
+  for (const auto& t : lifted) {
+    if (t.defined() && t.requires_grad() && t.is_leaf() && t.grad().defined())
+      bytes += static_cast<int64_t>(t.numel() * t.element_size());
+  }
+  if (bytes == 0) return;
+  TORCH_WARN_ONCE(
+      "jitckpt: the parameters of the checkpointed chain already hold gradients in "
+      ".grad, so its backward holds up to ",
+      bytes / (1 << 20),
+      " MiB of new gradients until it hands them to autograd; zero gradients with "
+      "zero_grad(set_to_none=True) (the default on PyTorch 2.x) to avoid that");
 }
 
 struct ChainFunction : public torch::autograd::Function<ChainFunction> {
@@ -37,11 +56,28 @@ struct ChainFunction : public torch::autograd::Function<ChainFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     auto found = ctx->saved_data.find("executor");
     TORCH_CHECK(found != ctx->saved_data.end(),
-                "jitckpt::chain: backward ran twice through a checkpointed chain; its saved state "
-                "is freed by the first backward (retain_graph=True is not supported)");
+                "jitckpt::chain: backward ran twice through a checkpointed chain whose saved "
+                "state the first backward freed; pass retain_graph=True to the first backward");
     auto executor = c10::static_intrusive_pointer_cast<ScheduleExecutor>(found->second.toCapsule());
-    ctx->saved_data.erase(found);
-    variable_list grads = executor->runBackward(grad_outputs);
+    // Autograd runs backward with grad mode on exactly when create_graph=True.
+    TORCH_CHECK(!c10::GradMode::is_enabled(),
+                "jitckpt::chain: create_graph=True (double backward, as for gradient penalties) "
+                "is not supported through a checkpointed chain: its gradients would not carry "
+                "the graph of the unmodified model. Nothing of the chain was written to .grad; "
+                "take that step on the module given to jitckpt.checkpoint (it shares its "
+                "parameters with the rewritten one)");
+    warnIfGradientsAreHeld(executor->arguments().lifted_tensors);
+    variable_list grads;
+    if (torch::autograd::get_current_graph_task_keep_graph()) {
+      TORCH_WARN_ONCE(
+          "jitckpt: a backward with retain_graph=True runs the checkpointed chain's forward "
+          "again and differentiates it whole, holding all its activations as the unmodified "
+          "model does: that backward saves no memory");
+      grads = executor->runBackwardWholeGraph(grad_outputs);
+    } else {
+      ctx->saved_data.erase(found);
+      grads = executor->runBackward(grad_outputs);
+    }
     grads.push_back(at::Tensor());  // lifted_scalars
     grads.push_back(at::Tensor());  // plan
     return grads;

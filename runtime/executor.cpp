@@ -3,6 +3,10 @@
 
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <algorithm>
 
 namespace jitckpt {
 namespace {
@@ -101,7 +105,7 @@ Tensors ScheduleExecutor::runForward() {
   return outputs;
 }
 
-Tensors ScheduleExecutor::runBackward(const Tensors& output_grads) {
+Tensors ScheduleExecutor::definedOutputGrads(const Tensors& output_grads) const {
   TORCH_INTERNAL_ASSERT(output_grads.size() == output_meta_.size(),
                         "jitckpt executor: ", output_grads.size(), " output gradients for ",
                         output_meta_.size(), " outputs");
@@ -109,7 +113,64 @@ Tensors ScheduleExecutor::runBackward(const Tensors& output_grads) {
   for (size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined()) grads[i] = at::zeros(output_meta_[i].first, output_meta_[i].second);
   }
-  delta_[L_] = std::move(grads);
+  return grads;
+}
+
+Tensors ScheduleExecutor::runBackwardWholeGraph(const Tensors& output_grads) {
+  c10::AutoGradMode recording(true);
+  const ChainArguments& arguments = runner_.arguments();
+  // The chain inputs and side values enter as leaves, so that autograd stops at the chain's
+  // boundary (the graph before it is the caller's, walked once, by autograd).
+  Tensors inputs;
+  for (const auto& t : arguments.inputs)
+    inputs.push_back(t.detach().requires_grad_(t.requires_grad() && t.is_floating_point()));
+  std::vector<std::pair<size_t, at::Tensor>> side_leaves;
+  Tensors current = inputs;
+  for (int l = 1; l <= L_; ++l) current = runner_.wholeGraphForward(l, current, &side_leaves);
+  const Tensors grads = definedOutputGrads(output_grads);
+  Tensors roots, root_grads;
+  for (size_t i = 0; i < current.size(); ++i) {
+    if (!current[i].requires_grad()) continue;
+    roots.push_back(current[i]);
+    root_grads.push_back(grads[i]);
+  }
+  current.clear();
+  // What to differentiate, and where each gradient goes among the op's inputs then lifted tensors.
+  Tensors wrt;
+  std::vector<size_t> where;
+  const size_t num_inputs = inputs.size();
+  for (size_t i = 0; i < num_inputs; ++i) {
+    if (!inputs[i].requires_grad()) continue;
+    wrt.push_back(inputs[i]);
+    where.push_back(i);
+  }
+  for (auto& [position, leaf] : side_leaves) {
+    wrt.push_back(std::move(leaf));
+    where.push_back(num_inputs + position);
+  }
+  for (size_t position = 0; position < arguments.lifted_tensors.size(); ++position) {
+    const at::Tensor& t = arguments.lifted_tensors[position];
+    // Parameters (leaves); a tensor lifted twice (tied weights) gets its whole gradient once.
+    const bool seen =
+        std::any_of(wrt.begin(), wrt.end(), [&](const auto& u) { return u.is_same(t); });
+    if (!t.defined() || !t.requires_grad() || !t.is_leaf() || seen) continue;
+    wrt.push_back(t);
+    where.push_back(num_inputs + position);
+  }
+  Tensors result(num_inputs + arguments.lifted_tensors.size());
+  if (roots.empty() || wrt.empty()) return result;
+  Tensors computed = torch::autograd::grad(roots, wrt, root_grads, /*retain_graph=*/false,
+                                           /*create_graph=*/false, /*allow_unused=*/true);
+  for (size_t j = 0; j < computed.size(); ++j) {
+    if (!computed[j].defined()) continue;
+    at::Tensor& sum = result[where[j]];  // a side value read by several stages: one leaf each
+    sum = sum.defined() ? sum + computed[j] : std::move(computed[j]);
+  }
+  return result;
+}
+
+Tensors ScheduleExecutor::runBackward(const Tensors& output_grads) {
+  delta_[L_] = definedOutputGrads(output_grads);
   const auto& schedule = plan_->solution().schedule;
   for (; next_op_ < schedule.size(); ++next_op_) execute(schedule[next_op_]);
   TORCH_INTERNAL_ASSERT(delta_[0], "jitckpt executor: the schedule ended without delta^0");

@@ -18,20 +18,26 @@ class ScheduleExecutor : public torch::CustomClassHolder {
  public:
   ScheduleExecutor(c10::intrusive_ptr<Plan> plan, ChainArguments arguments);
 
+  const ChainArguments& arguments() const { return runner_.arguments(); }
+
   // Runs the stages straight through without saving anything (inference, or nothing needs grad).
   Tensors runInference();
   // The schedule up to the first B; returns detached aliases of the chain outputs.
   Tensors runForward();
   // The rest of the schedule. Returns one gradient per chain input, then one per lifted tensor
-  // (undefined where none): parameters' gradients go straight into their .grad during the
-  // backward, so only lifted tensors computed before the chain get one here (the sum over the
-  // stages that read them).
+  // (undefined where none; the sum over the stages that read it).
   Tensors runBackward(const Tensors& output_grads);
+  // The same gradients without the schedule, leaving its state as it is, so that a later
+  // backward can run (retain_graph=True): every stage runs again recording its graph, the stages
+  // connected to each other, and autograd differentiates the whole chain at once (all its
+  // activations held, as in the unmodified model).
+  Tensors runBackwardWholeGraph(const Tensors& output_grads);
 
  private:
   void execute(const solver::Op& op);
   void backward(int l);
   const Tensors& stageInput(int l) const;  // a^{l-1}, alone or inside abar^{l-1}
+  Tensors definedOutputGrads(const Tensors& output_grads) const;  // zeros where none
 
   c10::intrusive_ptr<Plan> plan_;
   StageRunner runner_;

@@ -3,10 +3,9 @@
 
 #include <ATen/Functions.h>
 #include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
-
-#include "runtime/stage_backward.h"
 
 namespace jitckpt {
 namespace {
@@ -15,14 +14,10 @@ bool contains(const std::vector<size_t>& list, size_t value) {
   return std::find(list.begin(), list.end(), value) != list.end();
 }
 
-void accumulateIntoGrad(const at::Tensor& variable, at::Tensor gradient) {
-  at::NoGradGuard no_grad;
-  at::Tensor& grad = variable.mutable_grad();
-  if (!grad.defined()) {
-    grad = gradient.detach();
-  } else {
-    grad += gradient;
-  }
+// Whether `tensors` holds `t` itself (not an equal tensor).
+bool holds(const Tensors& tensors, const at::Tensor& t) {
+  return std::any_of(tensors.begin(), tensors.end(),
+                     [&](const at::Tensor& u) { return u.is_same(t); });
 }
 
 // Whether `v` is, or holds in a list, tuple or dict, a tensor that requires grad.
@@ -203,6 +198,11 @@ RecordedStage StageRunner::recordedForward(int l, const Tensors& activations) {
   return recorded;
 }
 
+Tensors StageRunner::wholeGraphForward(int l, const Tensors& activations,
+                                       std::vector<std::pair<size_t, at::Tensor>>* side_leaves) {
+  return run(l, activations, Mode::Record, side_leaves);
+}
+
 Tensors StageRunner::gradientTargets(int l) const {
   Tensors out;
   for (size_t k : stages_->stage(l).lifted) {
@@ -223,8 +223,9 @@ StageGradients StageRunner::backward(int l, RecordedStage recorded, const Tensor
     }
   }
   recorded.outputs.clear();  // the roots keep the graph alive, no longer
-  // What the gradient is taken with respect to: the leaves that require grad, then the lifted
-  // tensors of this stage that do; `targets` says where each result goes.
+  // What the gradient is taken with respect to: the leaves that require grad, the side values'
+  // stand-ins, then the lifted tensors of this stage that require grad; `targets` says where each
+  // result goes.
   Tensors wrt;
   std::vector<std::pair<bool, size_t>> targets;  // (is input, index)
   for (size_t i = 0; i < recorded.leaves.size(); ++i) {
@@ -237,28 +238,29 @@ StageGradients StageRunner::backward(int l, RecordedStage recorded, const Tensor
     targets.emplace_back(false, position);
   }
   recorded.side_leaves.clear();
-  const size_t num_leaves_to_return = wrt.size();
   for (size_t k : stages_->stage(l).lifted) {
     if (stages_->lifted()[k].kind == LiftedKind::Scalar || isSideRequiringGrad(k)) continue;
     const size_t position = stages_->position(k);
-    if (!arguments_.lifted_tensors[position].requires_grad()) continue;
-    wrt.push_back(arguments_.lifted_tensors[position]);
+    const at::Tensor& lifted = arguments_.lifted_tensors[position];
+    // A tensor lifted twice (tied weights) gets its whole gradient once.
+    if (!lifted.requires_grad() || holds(wrt, lifted)) continue;
+    wrt.push_back(lifted);
     targets.emplace_back(false, position);
   }
   StageGradients gradients;
   gradients.inputs.resize(recorded.leaves.size());
-  Tensors computed = stageBackward(roots, root_grads, wrt, num_leaves_to_return);
+  if (roots.empty() || wrt.empty()) return gradients;
+  // Gradients are returned, never written into .grad here: they reach autograd through the op.
+  Tensors computed = torch::autograd::grad(roots, wrt, root_grads, /*retain_graph=*/false,
+                                           /*create_graph=*/false, /*allow_unused=*/true);
   roots.clear();
   for (size_t i = 0; i < computed.size(); ++i) {
     if (!computed[i].defined()) continue;
     const auto [is_input, index] = targets[i];
     if (is_input) {
       gradients.inputs[index] = std::move(computed[i]);
-    } else if (i < num_leaves_to_return) {
-      gradients.lifted.emplace_back(index, std::move(computed[i]));
     } else {
-      // Only when stageBackward had to return them all at once (see stage_backward.h).
-      accumulateIntoGrad(arguments_.lifted_tensors[index], std::move(computed[i]));
+      gradients.lifted.emplace_back(index, std::move(computed[i]));
     }
   }
   return gradients;

@@ -56,9 +56,9 @@ struct RecordedStage {
 
 struct StageGradients {
   Tensors inputs;  // one per stage input, undefined where none (delta^{l-1})
-  // Gradients of the side values (see RecordedStage), by position in
-  // ChainArguments::lifted_tensors: they flow back through the op. Parameters' go into their
-  // .grad as they are made, as AccumulateGrad does.
+  // Gradients of the lifted tensors that require grad (parameters and side values), by position
+  // in ChainArguments::lifted_tensors. They flow back through the op, so that autograd delivers
+  // them as it would for the unmodified model (.grad, torch.autograd.grad, hooks, DDP).
   std::vector<std::pair<size_t, at::Tensor>> lifted;
 };
 
@@ -90,6 +90,11 @@ class StageRunner {
   RecordedStage recordedForward(int l, const Tensors& activations);
   // B(l): consumes a recorded run and the gradients of its outputs (undefined: none).
   StageGradients backward(int l, RecordedStage recorded, const Tensors& output_grads);
+  // The stage recording its autograd graph on `activations` themselves (not on detached
+  // copies), side values entering as leaves as in Fall (appended to `side_leaves`): for a
+  // backward that differentiates the whole chain at once (retain_graph).
+  Tensors wholeGraphForward(int l, const Tensors& activations,
+                            std::vector<std::pair<size_t, at::Tensor>>* side_leaves);
 
   // The lifted tensors of stage l that get gradients (parameters, and tensors computed before
   // the chain that require grad).

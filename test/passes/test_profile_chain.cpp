@@ -132,9 +132,9 @@ torch::jit::Module twoWeightStage() {
   return m;
 }
 
-TEST(ProfileChain, BackwardOverheadHoldsOneParameterGradientAtATime) {
-  // B adds each parameter gradient into .grad as it is made (as the executor does), so the
-  // overhead covers one weight's gradient but not both at once.
+TEST(ProfileChain, BackwardOverheadLeavesOutParameterGradients) {
+  // B returns both weights' gradients (the executor hands them to autograd, which puts them in
+  // .grad): model memory, as .grad is, so the overhead holds neither.
   torch::jit::Module m = twoWeightStage();
   PartitionOptions one_stage;
   one_stage.max_stages = 1;
@@ -143,8 +143,7 @@ TEST(ProfileChain, BackwardOverheadHoldsOneParameterGradientAtATime) {
   ASSERT_EQ(p.stages.size(), 1u);
   const int64_t weight = 256 * 256 * kFloat;
   EXPECT_EQ(p.stages[0].parameter_grad_bytes, 2 * weight);
-  EXPECT_GE(p.costs.ob[1], weight);
-  EXPECT_LT(p.costs.ob[1], 2 * weight);
+  EXPECT_LT(p.costs.ob[1], weight);
 }
 
 TEST(ProfileChain, ParameterGradientsAreLeftAsTheyWere) {

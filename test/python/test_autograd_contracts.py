@@ -1,0 +1,219 @@
+"""Gradients reach autograd as the unmodified model's do (issue: exact or refused, point 2):
+torch.autograd.grad on parameters and inputs (with and without allow_unused) gives the same
+tensors and leaves .grad alone; backward(inputs=...) fills only those; hooks on parameters fire
+once with the same gradient; gradients accumulate into existing .grad in the same order;
+retain_graph=True gives the same results; create_graph=True is refused clearly. Each is
+checked bit for bit against the unmodified model (run with optimized_execution(False)) at the
+smallest limit that works, on several model families and on a model whose parameters are tied
+across stages."""
+import os
+import re
+import sys
+import warnings
+from typing import Callable, List
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+import jitckpt
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+
+import families  # noqa: E402
+
+SMALLEST = re.compile(r"smallest limit that works is [^(]*\((\d+) bytes\)")
+
+
+class TiedBlocks(nn.Module):
+    """One projection applied by every block (ALBERT-style sharing), an embedding tied to the
+    output layer, and a parameter no path reaches."""
+
+    def __init__(self, vocab: int = 13, width: int = 16, blocks: int = 5):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.shared = nn.Linear(width, width)
+        self.norms = nn.ModuleList([nn.LayerNorm(width) for _ in range(blocks)])
+        self.out = nn.Linear(width, vocab, bias=False)
+        self.out.weight = self.embed.weight
+        self.unused = nn.Parameter(torch.ones(3))
+
+    def forward(self, tokens: Tensor, scale: Tensor) -> Tensor:
+        x = self.embed(tokens) * scale
+        for norm in self.norms:
+            x = x + torch.tanh(self.shared(norm(x)))
+        return self.out(x)
+
+
+def tied_family() -> families.Family:
+    g = torch.Generator().manual_seed(7)
+    inputs = (torch.randint(0, 13, (4, 6), generator=g), torch.rand(4, 6, 1, generator=g) + 0.5)
+
+    def make(seed: int = 0) -> torch.jit.ScriptModule:
+        torch.manual_seed(seed)
+        return torch.jit.script(TiedBlocks().train())
+    return families.Family("tied_blocks", make, inputs, 5)
+
+
+FAMILY_MAKERS: List[Callable[[], families.Family]] = [
+    tied_family,
+    lambda: families.gpt_mask_input("test"),
+    lambda: families.two_input("test"),
+    lambda: families.lstm_stack("test"),
+    lambda: families.dict_output("test"),
+]
+
+
+@pytest.fixture(scope="module", params=range(len(FAMILY_MAKERS)),
+                ids=["tied_blocks", "gpt_mask_input", "two_input", "lstm_stack", "dict_output"])
+def family(request) -> families.Family:
+    return FAMILY_MAKERS[request.param]()
+
+
+@pytest.fixture(scope="module")
+def rewritten_factory(family):
+    """Makes fresh rewrites of make(0) at the smallest limit that works (one profile for all)."""
+    profiled = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=None, profile_repeats=1)
+    limit = jitckpt.plan(profiled)["curve"][0][0]
+
+    def make() -> torch.jit.ScriptModule:
+        try:
+            return jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=limit,
+                                      reuse_profile_of=profiled)
+        except RuntimeError as error:
+            named = SMALLEST.search(str(error))
+            if named is None:
+                raise
+            return jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=int(named.group(1)),
+                                      reuse_profile_of=profiled)
+    return make
+
+
+def float_inputs(family: families.Family) -> List[Tensor]:
+    """Fresh copies of the inputs; the floating ones require grad."""
+    return [t.detach().clone().requires_grad_(t.is_floating_point()) for t in family.inputs]
+
+
+def forward_loss(model, family: families.Family, inputs: List[Tensor], seed: int = 0) -> Tensor:
+    torch.manual_seed(seed)  # dropout
+    return family.loss(model(*inputs))
+
+
+def parameters(model) -> List[Tensor]:
+    return [p for _, p in sorted(model.named_parameters())]
+
+
+def assert_equal_lists(what: str, a: List, b: List) -> None:
+    assert len(a) == len(b), what
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert (x is None) == (y is None), f"{what} {i}: {x is None} against {y is None}"
+        if x is not None:
+            assert x.shape == y.shape and torch.equal(x, y), \
+                f"{what} {i}: max abs difference {(x.double() - y.double()).abs().max().item():.3g}"
+
+
+def grads_of(model) -> List:
+    return [None if p.grad is None else p.grad.clone() for p in parameters(model)]
+
+
+def both(family, rewritten_factory):
+    return family.make(0), rewritten_factory()
+
+
+def test_autograd_grad_on_parameters_and_inputs_leaves_grad_alone(family, rewritten_factory):
+    for model in both(family, rewritten_factory):
+        model.zero_grad(set_to_none=True)
+    results = []
+    with torch.jit.optimized_execution(False):
+        for model in both(family, rewritten_factory):
+            inputs = float_inputs(family)
+            wrt = parameters(model) + [t for t in inputs if t.requires_grad]
+            loss = forward_loss(model, family, inputs)
+            results.append((torch.autograd.grad(loss, wrt, allow_unused=True), grads_of(model)))
+    (reference, reference_grads), (ours, our_grads) = results
+    assert_equal_lists(f"{family.name}: autograd.grad", list(reference), list(ours))
+    assert all(g is None for g in our_grads), f"{family.name}: torch.autograd.grad wrote .grad"
+    assert all(g is None for g in reference_grads)
+
+
+def test_autograd_grad_without_allow_unused(family, rewritten_factory):
+    results = []
+    with torch.jit.optimized_execution(False):
+        for model in both(family, rewritten_factory):
+            used = [p for n, p in sorted(model.named_parameters()) if n != "unused"]
+            results.append(list(torch.autograd.grad(forward_loss(model, family, float_inputs(family)), used)))
+    assert_equal_lists(f"{family.name}: autograd.grad", *results)
+
+
+def test_backward_with_inputs_fills_only_those(family, rewritten_factory):
+    results = []
+    with torch.jit.optimized_execution(False):
+        for model in both(family, rewritten_factory):
+            chosen = parameters(model)[::2]
+            forward_loss(model, family, float_inputs(family)).backward(inputs=chosen)
+            results.append(grads_of(model))
+    assert_equal_lists(f"{family.name}: backward(inputs=)", *results)
+    assert any(g is None for g in results[1]) and any(g is not None for g in results[1])
+
+
+def test_hooks_fire_once_with_the_same_gradient(family, rewritten_factory):
+    results = []
+    with torch.jit.optimized_execution(False):
+        for model in both(family, rewritten_factory):
+            seen = {}
+            for i, p in enumerate(parameters(model)):
+                p.register_hook(lambda g, i=i: seen.setdefault(i, []).append(g.clone()))
+            forward_loss(model, family, float_inputs(family)).backward()
+            results.append(seen)
+    reference, ours = results
+    assert sorted(reference) == sorted(ours), f"{family.name}: hooks fired for other parameters"
+    for i in reference:
+        assert len(ours[i]) == len(reference[i]), f"{family.name}: parameter {i}'s hook fired {len(ours[i])} times"
+        assert_equal_lists(f"{family.name}: hook of parameter {i}", reference[i], ours[i])
+
+
+def test_gradients_accumulate_like_the_model(family, rewritten_factory):
+    """Three backward passes into existing .grad, without zeroing: the same sums in the same order."""
+    results = []
+    with torch.jit.optimized_execution(False):
+        for model in both(family, rewritten_factory):
+            for seed in range(3):
+                forward_loss(model, family, float_inputs(family), seed).backward()
+            results.append(grads_of(model))
+    assert_equal_lists(f"{family.name}: accumulated .grad", *results)
+
+
+def test_create_graph_is_refused_and_the_module_stays_exact(family, rewritten_factory):
+    """A gradient penalty through recomputation cannot carry the unmodified model's graph: a clear
+    error, no gradient that silently lost requires_grad, nothing written, and the next step exact."""
+    reference, model = both(family, rewritten_factory)
+    used = [p for n, p in sorted(model.named_parameters()) if n != "unused"]
+    with pytest.raises(RuntimeError, match="create_graph=True .* is not supported"):
+        torch.autograd.grad(forward_loss(model, family, float_inputs(family)), used, create_graph=True)
+    assert all(p.grad is None for p in used)
+    results = []
+    with torch.jit.optimized_execution(False):
+        for m in (reference, model):
+            forward_loss(m, family, float_inputs(family), seed=1).backward()
+            results.append(grads_of(m))
+    assert_equal_lists(f"{family.name}: the step after a refused create_graph", *results)
+
+
+def test_retain_graph_backward_twice(family, rewritten_factory):
+    results = []
+    with torch.jit.optimized_execution(False), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for model in both(family, rewritten_factory):
+            loss = forward_loss(model, family, float_inputs(family))
+            loss.backward(retain_graph=True)
+            loss.backward()
+            results.append(grads_of(model))
+    assert_equal_lists(f"{family.name}: retain_graph", *results)
+
+
+def test_second_backward_without_retain_graph_is_refused(family, rewritten_factory):
+    model = rewritten_factory()
+    loss = forward_loss(model, family, float_inputs(family))
+    loss.backward()
+    with pytest.raises(RuntimeError, match="retain_graph=True"):
+        loss.backward()
