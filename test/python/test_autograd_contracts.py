@@ -29,14 +29,15 @@ class TiedBlocks(nn.Module):
     """One projection applied by every block (ALBERT-style sharing), an embedding tied to the
     output layer, and a parameter no path reaches."""
 
-    def __init__(self, vocab: int = 13, width: int = 16, blocks: int = 5):
+    def __init__(self, vocab: int = 13, width: int = 16, blocks: int = 5, with_unused: bool = True):
         super().__init__()
         self.embed = nn.Embedding(vocab, width)
         self.shared = nn.Linear(width, width)
         self.norms = nn.ModuleList([nn.LayerNorm(width) for _ in range(blocks)])
         self.out = nn.Linear(width, vocab, bias=False)
         self.out.weight = self.embed.weight
-        self.unused = nn.Parameter(torch.ones(3))
+        if with_unused:
+            self.unused = nn.Parameter(torch.ones(3))
 
     def forward(self, tokens: Tensor, scale: Tensor) -> Tensor:
         x = self.embed(tokens) * scale
@@ -45,13 +46,13 @@ class TiedBlocks(nn.Module):
         return self.out(x)
 
 
-def tied_family() -> families.Family:
+def tied_family(with_unused: bool = True) -> families.Family:
     g = torch.Generator().manual_seed(7)
     inputs = (torch.randint(0, 13, (4, 6), generator=g), torch.rand(4, 6, 1, generator=g) + 0.5)
 
     def make(seed: int = 0) -> torch.jit.ScriptModule:
         torch.manual_seed(seed)
-        return torch.jit.script(TiedBlocks().train())
+        return torch.jit.script(TiedBlocks(with_unused=with_unused).train())
     return families.Family("tied_blocks", make, inputs, 5)
 
 

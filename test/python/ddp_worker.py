@@ -1,0 +1,105 @@
+"""Two processes (gloo) train DistributedDataParallel around the unmodified module and around its
+jitckpt rewrite at the smallest limit that works, for each DDP configuration, and compare the
+all-reduced gradients and the parameters after each step bit for bit. Run by test_ddp.py:
+ddp_worker.py OUT_JSON. Rank 0 writes {config: "ok" | what differed | the error}."""
+import json
+import os
+import sys
+import tempfile
+import traceback
+import warnings
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+
+import jitckpt  # noqa: E402
+import families  # noqa: E402
+from test_autograd_contracts import SMALLEST, tied_family  # noqa: E402
+
+# (family, DDP options): TiedBlocks shares one projection between all its stages and ties its
+# embedding to its output layer; with an unused parameter only where DDP is told to expect one.
+CASES = {
+    "tied_blocks/default": (lambda: tied_family(with_unused=False), {}),
+    "tied_blocks/find_unused_parameters": (tied_family, {"find_unused_parameters": True}),
+    "tied_blocks/static_graph": (tied_family, {"static_graph": True}),
+    "two_input/default": (lambda: families.two_input("test"), {}),
+    "two_input/find_unused_parameters": (lambda: families.two_input("test"), {"find_unused_parameters": True}),
+    "two_input/static_graph": (lambda: families.two_input("test"), {"static_graph": True}),
+}
+STEPS = 2
+
+
+def rewrite(family: families.Family) -> torch.jit.ScriptModule:
+    profiled = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=None, profile_repeats=1)
+    try:
+        return jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=jitckpt.plan(profiled)["curve"][0][0],
+                                  reuse_profile_of=profiled)
+    except RuntimeError as error:
+        named = SMALLEST.search(str(error))
+        if named is None:
+            raise
+        return jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=int(named.group(1)),
+                                  reuse_profile_of=profiled)
+
+
+def train(module: torch.jit.ScriptModule, family: families.Family, rank: int, options: dict):
+    """Gradients and parameters after each step; each rank sees its own batch."""
+    ddp = DistributedDataParallel(module, **options)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    records = []
+    for step in range(STEPS):
+        g = torch.Generator().manual_seed(100 * step + rank)
+        inputs = [torch.randn(t.shape, generator=g) if t.is_floating_point()
+                  else torch.randint(0, 13, t.shape, generator=g, dtype=t.dtype) for t in family.inputs]
+        torch.manual_seed(step)  # dropout
+        optimizer.zero_grad(set_to_none=True)
+        with torch.jit.optimized_execution(False):
+            family.loss(ddp(*inputs)).backward()
+        records.append({n: None if p.grad is None else p.grad.clone() for n, p in module.named_parameters()})
+        optimizer.step()
+        records.append({n: p.detach().clone() for n, p in module.named_parameters()})
+    return records
+
+
+def compare(reference, ours) -> str:
+    for i, (a, b) in enumerate(zip(reference, ours)):
+        what = f"step {i // 2 + 1} {'gradients' if i % 2 == 0 else 'parameters'}"
+        for name, x in a.items():
+            y = b[name]
+            if (x is None) != (y is None):
+                return f"{what}: {name}: {'none' if y is None else 'one'} where the reference has the other"
+            if x is not None and not torch.equal(x, y):
+                return f"{what}: {name}: max abs difference {(x.double() - y.double()).abs().max().item():.3g}"
+    return "ok"
+
+
+def worker(rank: int, store: str, out: str) -> None:
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    results = {}
+    for key, (make_family, options) in CASES.items():
+        family = make_family()
+        try:
+            reference = train(family.make(0), family, rank, options)
+            ours = train(rewrite(family), family, rank, options)
+            results[key] = compare(reference, ours)
+        except Exception as error:  # reported, so that the test names the configuration
+            results[key] = f"error: {str(error).strip().splitlines()[0]}"
+            traceback.print_exc()
+        dist.barrier()
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(results, f, indent=1)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as folder:
+        mp.spawn(worker, args=(os.path.join(folder, "store"), sys.argv[1]), nprocs=2)
