@@ -10,6 +10,7 @@
 #include "passes/checkpoint.h"
 #include "runtime/plan.h"
 #include "runtime/probes/counting_allocator.h"
+#include "runtime/replan.h"
 #include "solver/memory_limit.h"
 
 namespace py = pybind11;
@@ -85,7 +86,23 @@ py::dict planInfo(const torch::jit::Module& module) {
   costs["of"] = s.costs.of;
   costs["ob"] = s.costs.ob;
   info["costs"] = costs;
-  info["input_shapes"] = s.input_shapes;
+  info["input_shapes"] = s.input_key.shapes;
+  info["input_types"] = s.input_key.types;
+  info["requested_limit"] = s.requested_limit.toString();
+  // The plans made since for other inputs (this process only; never saved).
+  py::list variants;
+  for (const auto& variant : plan->variants().all()) {
+    const jitckpt::Solution& v = variant->solution();
+    py::dict entry;
+    entry["input_shapes"] = v.input_key.shapes;
+    entry["input_types"] = v.input_key.types;
+    entry["memory_limit"] = v.memory_limit;
+    entry["predicted_peak"] = v.predicted_peak;
+    entry["unconstrained_peak"] = v.unconstrained_peak;
+    entry["schedule"] = jitckpt::solver::toString(v.schedule);
+    variants.append(entry);
+  }
+  info["variants"] = variants;
   info["text"] = plan->str();
   return info;
 }

@@ -53,9 +53,9 @@ torch::jit::Module checkpoint(const torch::jit::Module& module,
   const ChainArguments arguments =
       prologueArguments(cloned.module, cloned.partition, example_inputs);
   auto stages = chainStagesOf(cloned.partition);
-  Solution solution = solveCosts(measuredCosts(stages, arguments, options, report), limit,
-                                 {options.strategy, options.slots, options.segments},
-                                 inputShapes(*stages, arguments));
+  Solution solution =
+      solveCosts(measuredCosts(stages, arguments, options, report), limit,
+                 {options.strategy, options.slots, options.segments}, inputKey(*stages, arguments));
   auto plan = c10::make_intrusive<Plan>(std::move(stages), std::move(solution));
   const Solution& s = plan->solution();
   report("solved (" + solver::toString(s.strategy) + "): predicted peak " +

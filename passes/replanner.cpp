@@ -16,17 +16,17 @@ class ProfilingReplanner final : public Replanner {
     options.measure_unconstrained_peak = false;
     const Solution& old = planned.solution();
     solver::Costs costs = profileStages(planned.sharedStages(), arguments, options).costs;
-    const auto limit = old.strategy == solver::Strategy::None
-                           ? solver::MemoryLimit::unlimited()
-                           : solver::MemoryLimit::bytes(old.memory_limit);
+    const InputKey key = inputKey(planned.stages(), arguments);
     try {
       return c10::make_intrusive<Plan>(
-          planned.sharedStages(), solveCosts(std::move(costs), limit, {old.strategy, old.slots, 0},
-                                             inputShapes(planned.stages(), arguments)));
+          planned.sharedStages(),
+          solveCosts(std::move(costs), old.requested_limit, {old.strategy, old.slots, 0}, key));
     } catch (const c10::Error& e) {
-      TORCH_CHECK(false, "jitckpt: the plan's memory limit cannot hold the new input shapes: ",
-                  e.what_without_backtrace(),
-                  ". Re-run jitckpt.checkpoint with these shapes and a larger limit");
+      TORCH_CHECK(false, "jitckpt: the memory limit ", old.requested_limit.toString(),
+                  " cannot hold the chain at its new inputs [", key.str(), "] (planned for [",
+                  old.input_key.str(), "]): ", e.what_without_backtrace(),
+                  ". Re-run jitckpt.checkpoint with these inputs and a larger limit, or give "
+                  "the limit as a fraction");
     }
   }
 };

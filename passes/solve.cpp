@@ -8,13 +8,14 @@
 namespace jitckpt {
 
 Solution solveCosts(solver::Costs costs, const solver::MemoryLimit& limit,
-                    const SolveOptions& options, std::vector<std::vector<int64_t>> input_shapes) {
+                    const SolveOptions& options, InputKey input_key) {
   using solver::MemoryLimit;
   Solution s;
   s.costs = std::move(costs);
   s.strategy = options.strategy;
   s.slots = options.slots;
-  s.input_shapes = std::move(input_shapes);
+  s.input_key = std::move(input_key);
+  s.requested_limit = limit;
   s.unconstrained_peak = solver::simulate(s.costs, solver::noCheckpointSchedule(s.costs)).peak;
   s.memory_limit = limit.kind == MemoryLimit::Kind::Unlimited ? s.unconstrained_peak
                                                               : limit.resolve(s.unconstrained_peak);

@@ -21,7 +21,6 @@ struct SolveOptions {
 };
 
 Solution solveCosts(solver::Costs costs, const solver::MemoryLimit& limit,
-                    const SolveOptions& options,
-                    std::vector<std::vector<int64_t>> input_shapes = {});
+                    const SolveOptions& options, InputKey input_key = {});
 
 }  // namespace jitckpt

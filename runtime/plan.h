@@ -14,8 +14,10 @@
 #include <tuple>
 #include <vector>
 
+#include "runtime/input_key.h"
 #include "runtime/stages.h"
 #include "solver/costs.h"
+#include "solver/memory_limit.h"
 #include "solver/persistent_dp.h"
 #include "solver/schedule.h"
 #include "solver/strategy.h"
@@ -31,9 +33,10 @@ struct Solution {
   int64_t predicted_peak = 0;
   double predicted_time = 0;  // ms
   int slots = 500;
-  std::vector<solver::CurvePoint> curve;           // time-memory curve of the optimal solver
-  std::vector<std::vector<int64_t>> input_shapes;  // chain input shapes it was solved for
-  int64_t unconstrained_peak = 0;                  // predicted no-checkpointing peak
+  std::vector<solver::CurvePoint> curve;  // time-memory curve of the optimal solver
+  InputKey input_key;                     // the inputs it was solved for
+  solver::MemoryLimit requested_limit;    // as given: a fraction stays one for other keys
+  int64_t unconstrained_peak = 0;         // predicted no-checkpointing peak
 };
 
 class PlanVariants;

@@ -32,7 +32,9 @@ Json solutionToJson(const Solution& s) {
   meta["predicted_time"] = s.predicted_time;
   meta["slots"] = s.slots;
   meta["unconstrained_peak"] = s.unconstrained_peak;
-  meta["input_shapes"] = s.input_shapes;
+  meta["input_shapes"] = s.input_key.shapes;
+  meta["input_types"] = s.input_key.types;
+  meta["requested_limit"] = s.requested_limit.toText();
   Json curve = Json::array();
   for (const auto& p : s.curve) curve.push_back({p.limit, p.time});
   meta["curve"] = curve;
@@ -49,7 +51,14 @@ Solution solutionFromJson(const Json& meta) {
   s.predicted_time = meta.at("predicted_time").get<double>();
   s.slots = meta.at("slots").get<int>();
   s.unconstrained_peak = meta.at("unconstrained_peak").get<int64_t>();
-  s.input_shapes = meta.at("input_shapes").get<std::vector<std::vector<int64_t>>>();
+  s.input_key.shapes = meta.at("input_shapes").get<std::vector<std::vector<int64_t>>>();
+  // Absent from plans saved before they were recorded.
+  s.input_key.types = meta.value("input_types", std::vector<std::string>{});
+  s.requested_limit =
+      meta.contains("requested_limit")
+          ? solver::MemoryLimit::parse(meta.at("requested_limit").get<std::string>())
+      : s.strategy == solver::Strategy::None ? solver::MemoryLimit::unlimited()
+                                             : solver::MemoryLimit::bytes(s.memory_limit);
   for (const auto& p : meta.at("curve"))
     s.curve.push_back({p.at(0).get<int64_t>(), p.at(1).get<double>()});
   return s;

@@ -9,44 +9,43 @@ std::unique_ptr<Replanner>& installed() {
   return replanner;
 }
 
-std::string describe(const std::vector<std::vector<int64_t>>& shapes) {
-  std::string text;
-  for (const auto& shape : shapes)
-    text += (text.empty() ? "" : ", ") + c10::str(c10::IntArrayRef(shape));
-  return text;
-}
-
 }  // namespace
 
 void installReplanner(std::unique_ptr<Replanner> replanner) { installed() = std::move(replanner); }
 
-c10::intrusive_ptr<Plan> PlanVariants::find(const std::vector<std::vector<int64_t>>& shapes) const {
-  auto found = plans_.find(shapes);
+c10::intrusive_ptr<Plan> PlanVariants::find(const InputKey& key) const {
+  auto found = plans_.find(key);
   return found == plans_.end() ? c10::intrusive_ptr<Plan>() : found->second;
 }
 
-void PlanVariants::add(const std::vector<std::vector<int64_t>>& shapes,
-                       c10::intrusive_ptr<Plan> plan) {
-  plans_[shapes] = std::move(plan);
+std::vector<c10::intrusive_ptr<Plan>> PlanVariants::all() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<c10::intrusive_ptr<Plan>> plans;
+  for (const auto& entry : plans_) plans.push_back(entry.second);
+  return plans;
+}
+
+void PlanVariants::add(const InputKey& key, c10::intrusive_ptr<Plan> plan) {
+  plans_[key] = std::move(plan);
 }
 
 c10::intrusive_ptr<Plan> planForArguments(const c10::intrusive_ptr<Plan>& plan,
                                           const ChainArguments& arguments) {
-  const auto shapes = inputShapes(plan->stages(), arguments);
-  const auto& planned = plan->solution().input_shapes;
-  if (planned.empty() || shapes == planned) return plan;
+  const InputKey key = inputKey(plan->stages(), arguments);
+  const InputKey& planned = plan->solution().input_key;
+  if (planned.shapes.empty() || key.matches(planned)) return plan;
   PlanVariants& variants = plan->variants();
   std::lock_guard<std::mutex> lock(variants.mutex());
-  if (auto found = variants.find(shapes)) return found;
-  TORCH_CHECK(installed(), "jitckpt: chain input shapes [", describe(shapes),
-              "] differ from the planned [", describe(planned),
+  if (auto found = variants.find(key)) return found;
+  TORCH_CHECK(installed(), "jitckpt: chain inputs [", key.str(), "] differ from the planned [",
+              planned.str(),
               "] and re-planning needs the jitckpt passes library: import jitckpt, or link "
               "libjitckpt");
-  TORCH_WARN("jitckpt: chain input shapes [", describe(shapes), "] differ from the planned [",
-             describe(planned),
-             "]: profiling and solving again for them at the same limit (once per new shape)");
+  TORCH_WARN("jitckpt: chain inputs [", key.str(), "] differ from the planned [", planned.str(),
+             "]: profiling and solving again for them at the limit ",
+             plan->solution().requested_limit.toString(), " (once per new shape, dtype or device)");
   auto variant = installed()->replan(*plan, arguments);
-  variants.add(shapes, variant);
+  variants.add(key, variant);
   return variant;
 }
 

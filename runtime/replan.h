@@ -1,7 +1,8 @@
 // Plans for chain inputs other than the planned ones. Any schedule computes the right gradients
-// whatever the shapes; only its memory depends on them, so the runtime asks for a new plan, once
-// per new input shape and plan. It never profiles or solves itself: the passes library installs
-// the Replanner that does (libjitckpt does so when it loads).
+// whatever the shapes, dtypes and devices; only its memory and time depend on them, so the runtime
+// asks for a new plan, once per new input key (input_key.h) and plan, at the limit as it was given
+// (a fraction stays a fraction of the new key's peak). It never profiles or solves itself: the
+// passes library installs the Replanner that does (libjitckpt does so when it loads).
 #pragma once
 
 #include <map>
@@ -17,8 +18,8 @@ namespace jitckpt {
 class Replanner {
  public:
   virtual ~Replanner() = default;
-  // A plan of `planned`'s stages for `arguments` (whose input shapes differ from the planned
-  // ones), at the same limit and strategy. Throws (TORCH_CHECK) when none fits.
+  // A plan of `planned`'s stages for `arguments` (whose input key differs from the planned one),
+  // at the same requested limit and strategy. Throws (TORCH_CHECK) when none fits.
   virtual c10::intrusive_ptr<Plan> replan(const Plan& planned,
                                           const ChainArguments& arguments) const = 0;
 };
@@ -26,20 +27,21 @@ class Replanner {
 // Installs the replanner for the process (the last one installed wins).
 void installReplanner(std::unique_ptr<Replanner> replanner);
 
-// `plan` when the arguments have its input shapes; otherwise its plan for theirs, made once.
+// `plan` when the arguments match its input key; otherwise its plan for theirs, made once.
 c10::intrusive_ptr<Plan> planForArguments(const c10::intrusive_ptr<Plan>& plan,
                                           const ChainArguments& arguments);
 
 // The plans made from one plan, by input shapes.
 class PlanVariants {
  public:
-  c10::intrusive_ptr<Plan> find(const std::vector<std::vector<int64_t>>& shapes) const;
-  void add(const std::vector<std::vector<int64_t>>& shapes, c10::intrusive_ptr<Plan> plan);
-  std::mutex& mutex() const { return mutex_; }  // held while a variant is being made
+  c10::intrusive_ptr<Plan> find(const InputKey& key) const;
+  void add(const InputKey& key, c10::intrusive_ptr<Plan> plan);
+  std::vector<c10::intrusive_ptr<Plan>> all() const;  // in key order
+  std::mutex& mutex() const { return mutex_; }        // held while a variant is being made
 
  private:
   mutable std::mutex mutex_;
-  std::map<std::vector<std::vector<int64_t>>, c10::intrusive_ptr<Plan>> plans_;
+  std::map<InputKey, c10::intrusive_ptr<Plan>> plans_;
 };
 
 }  // namespace jitckpt

@@ -33,21 +33,49 @@ bool holdsTensorRequiringGrad(const c10::IValue& v) {
 
 }  // namespace
 
-std::vector<std::vector<int64_t>> inputShapes(const ChainStages& stages,
-                                              const ChainArguments& arguments) {
-  std::vector<std::vector<int64_t>> shapes;
-  for (const auto& t : arguments.inputs) shapes.push_back(t.sizes().vec());
+std::string typeOf(const at::Tensor& t) {
+  return t.defined() ? std::string(c10::toString(t.scalar_type())) + "@" + t.device().str()
+                     : "none";
+}
+
+InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments) {
+  InputKey key;
+  auto add = [&](const at::Tensor& t) {
+    key.shapes.push_back(t.defined() ? t.sizes().vec() : std::vector<int64_t>{});
+    key.types.push_back(typeOf(t));
+  };
+  for (const auto& t : arguments.inputs) add(t);
+  std::vector<std::string> parameter_types;
   for (size_t k = 0; k < stages.lifted().size(); ++k) {
     const size_t position = stages.position(k);
-    if (stages.lifted()[k].kind == LiftedKind::Side && position < arguments.lifted_tensors.size()) {
-      shapes.push_back(arguments.lifted_tensors[position].sizes().vec());
-    } else if (stages.lifted()[k].kind == LiftedKind::Scalar &&
-               position < arguments.lifted_scalars.size() &&
+    const LiftedKind kind = stages.lifted()[k].kind;
+    if (kind == LiftedKind::Side && position < arguments.lifted_tensors.size()) {
+      add(arguments.lifted_tensors[position]);
+    } else if (kind == LiftedKind::Scalar && position < arguments.lifted_scalars.size() &&
                arguments.lifted_scalars[position].isTensor()) {
-      shapes.push_back(arguments.lifted_scalars[position].toTensor().sizes().vec());
+      add(arguments.lifted_scalars[position].toTensor());
+    } else if (kind != LiftedKind::Scalar && position < arguments.lifted_tensors.size() &&
+               arguments.lifted_tensors[position].defined()) {
+      const std::string type = typeOf(arguments.lifted_tensors[position]);
+      if (std::find(parameter_types.begin(), parameter_types.end(), type) == parameter_types.end())
+        parameter_types.push_back(type);
     }
   }
-  return shapes;
+  std::sort(parameter_types.begin(), parameter_types.end());
+  std::string parameters = "parameters and buffers:";
+  for (const auto& type : parameter_types) parameters += " " + type;
+  key.types.push_back(parameters);
+  return key;
+}
+
+std::string InputKey::str() const {
+  std::string text;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    text += (i ? ", " : "") + c10::str(c10::IntArrayRef(shapes[i]));
+    if (i < types.size()) text += " " + types[i];
+  }
+  if (types.size() > shapes.size()) text += "; " + types.back();
+  return text;
 }
 
 StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArguments arguments,

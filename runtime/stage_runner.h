@@ -23,6 +23,7 @@
 #include <optional>
 #include <vector>
 
+#include "runtime/input_key.h"
 #include "runtime/rng_state.h"
 #include "runtime/stages.h"
 
@@ -38,10 +39,9 @@ struct ChainArguments {
   std::vector<c10::IValue> lifted_scalars;
 };
 
-// The key a plan is made for: the shapes of the chain inputs, then of the side tensors and of the
-// tensors among the lifted scalars (a padding mask), in order.
-std::vector<std::vector<int64_t>> inputShapes(const ChainStages& stages,
-                                              const ChainArguments& arguments);
+// The key a plan is made for (see input_key.h): the chain inputs, then the side tensors and the
+// tensors among the lifted scalars (a padding mask), in order, then the parameters' types.
+InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments);
 
 // abar^l: the detached inputs of a recorded run (leaves, requiring grad where a gradient flows)
 // and its outputs with their autograd graph. Lifted tensors computed before the chain that

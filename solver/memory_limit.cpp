@@ -81,6 +81,21 @@ std::string MemoryLimit::toString() const {
   return "?";
 }
 
+std::string MemoryLimit::toText() const {
+  char buffer[40];
+  switch (kind) {
+    case Kind::Bytes:
+      std::snprintf(buffer, sizeof buffer, "%.0fB", value);
+      return buffer;
+    case Kind::Fraction:
+      std::snprintf(buffer, sizeof buffer, "%.17g", value);
+      return buffer;
+    case Kind::Unlimited:
+      break;
+  }
+  return "none";
+}
+
 std::string formatBytes(int64_t bytes) {
   static const char* names[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double value = static_cast<double>(bytes);

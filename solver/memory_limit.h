@@ -23,6 +23,8 @@ struct MemoryLimit {
   int64_t resolve(int64_t unconstrained_peak) const;
   // "2.00 GiB", "50%", "none".
   std::string toString() const;
+  // Exact text that parse() reads back: "2147483648B", "0.5", "none".
+  std::string toText() const;
 };
 
 // "1.50 GiB", "512.00 MiB", "312 B".

@@ -167,7 +167,45 @@ def test_a_smaller_last_batch_is_replanned_and_exact(profiled):
         assert torch.equal(grads_a[name], grads_b[name]), name
 
 
-def test_a_larger_batch_that_cannot_fit_is_an_error(profiled):
-    rewritten = jitckpt.checkpoint(scripted(), (X,), memory_limit=0.7, reuse_profile_of=profiled)
-    with pytest.raises(RuntimeError, match="cannot hold the new input shapes"):
+def test_a_larger_batch_that_a_bytes_limit_cannot_hold_is_an_error_naming_both(profiled):
+    limit = jitckpt.plan(jitckpt.checkpoint(scripted(), (X,), memory_limit=0.7, reuse_profile_of=profiled))["memory_limit"]
+    rewritten = jitckpt.checkpoint(scripted(), (X,), memory_limit=limit, reuse_profile_of=profiled)
+    with pytest.raises(RuntimeError, match=r"memory limit .* cannot hold the chain at its new inputs "
+                                           r"\[\[64, 3, 16, 16\] Float@cpu.*planned for \[\[4, 3, 16, 16\] Float@cpu"):
         step(rewritten, torch.randn(64, 3, 16, 16))
+    # Nothing lost: the planned shape still trains exactly.
+    reference = scripted()
+    out_a, grads_a, _ = step(reference, X)
+    out_b, grads_b, _ = step(rewritten, X)
+    assert torch.equal(out_a, out_b) and all(torch.equal(grads_a[n], grads_b[n]) for n in grads_a)
+
+
+def test_a_fraction_stays_a_fraction_of_a_new_shapes_peak(profiled):
+    reference = scripted()
+    rewritten = jitckpt.checkpoint(copy_of(reference), (X,), memory_limit=0.7, reuse_profile_of=profiled)
+    large = torch.randn(64, 3, 16, 16)
+    with pytest.warns(UserWarning, match="differ from the planned"):
+        step(rewritten, large)  # plans for the new shape; .grad allocated
+    (variant,) = jitckpt.plan(rewritten)["variants"]
+    assert variant["input_shapes"][0] == [64, 3, 16, 16]
+    assert variant["memory_limit"] == int(0.7 * variant["unconstrained_peak"])
+    with jitckpt.cpu_memory() as memory:
+        out_b, grads_b, _ = step(rewritten, large, seed=2)
+    assert memory.peak <= variant["memory_limit"] * 1.10 + 64 * 1024
+    out_a, grads_a, _ = step(reference, large, seed=2)
+    assert torch.equal(out_a, out_b) and all(torch.equal(grads_a[n], grads_b[n]) for n in grads_a)
+
+
+def test_a_new_dtype_after_planning_is_planned_for(profiled):
+    """model.double() after planning: the float plan's costs and limit do not hold for doubles."""
+    reference = scripted().double()
+    rewritten = jitckpt.checkpoint(scripted(), (X,), memory_limit=0.9, reuse_profile_of=profiled).double()
+    with pytest.warns(UserWarning, match=r"Double@cpu.*differ from the planned"):
+        out_b, grads_b, _ = step(rewritten, X.double())
+    (variant,) = jitckpt.plan(rewritten)["variants"]
+    assert variant["input_types"][0] == "Double@cpu" and "Double@cpu" in variant["input_types"][-1]
+    assert variant["unconstrained_peak"] > 1.5 * jitckpt.plan(rewritten)["unconstrained_peak"]
+    out_a, grads_a, _ = step(reference, X.double())
+    assert torch.equal(out_a, out_b) and all(torch.equal(grads_a[n], grads_b[n]) for n in grads_a)
+
+

@@ -114,7 +114,8 @@ TEST(RuntimePlan, PickleKeepsEverything) {
   Rewritten r = rewriteWith(loadFixture("tiny_resnet"), ScheduleKind::OptimalMin);
   Solution solution = r.plan->solution();
   solution.curve = {{100, 3.5}, {200, 2.25}};
-  solution.input_shapes = {{2, 3, 12, 12}};
+  solution.input_key = {{{2, 3, 12, 12}}, {"Float@cpu", "parameters and buffers: Float@cpu"}};
+  solution.requested_limit = solver::MemoryLimit::fraction(0.25);
   const Plan plan(r.plan->sharedStages(), solution);
   auto copy = Plan::fromState(plan.getState());
   EXPECT_EQ(copy->str(), plan.str());
@@ -126,7 +127,10 @@ TEST(RuntimePlan, PickleKeepsEverything) {
     EXPECT_EQ(copy->stages().lifted()[k].kind, plan.stages().lifted()[k].kind);
     EXPECT_EQ(copy->stages().position(k), plan.stages().position(k));
   }
-  EXPECT_EQ(copy->solution().input_shapes, solution.input_shapes);
+  EXPECT_EQ(copy->solution().input_key.shapes, solution.input_key.shapes);
+  EXPECT_EQ(copy->solution().input_key.types, solution.input_key.types);
+  EXPECT_EQ(copy->solution().requested_limit.kind, solver::MemoryLimit::Kind::Fraction);
+  EXPECT_EQ(copy->solution().requested_limit.value, 0.25);
   ASSERT_EQ(copy->solution().curve.size(), 2u);
   EXPECT_EQ(copy->solution().curve[1].limit, 200);
   EXPECT_EQ(copy->solution().curve[1].time, 2.25);
