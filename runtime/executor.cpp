@@ -11,6 +11,17 @@
 namespace jitckpt {
 namespace {
 
+// The first position in `lifted` that holds the tensor at `position` itself (tied weights are
+// lifted once per attribute path).
+size_t firstPositionOf(const Tensors& lifted, size_t position) {
+  const at::Tensor& t = lifted[position];
+  if (!t.defined()) return position;
+  for (size_t q = 0; q < position; ++q) {
+    if (lifted[q].is_same(t)) return q;
+  }
+  return position;
+}
+
 Tensors detachAll(const Tensors& tensors) {
   Tensors out;
   out.reserve(tensors.size());
@@ -82,8 +93,14 @@ void ScheduleExecutor::backward(int l) {
   delta_[l].reset();
   StageGradients gradients = runner_.backward(l, std::move(recorded), output_grads);
   output_grads.clear();
+  // A tensor lifted more than once (one parameter reached through several attribute paths: tied
+  // or shared weights) gets its gradients summed at one position, the first, in the order the
+  // stages' B run: the order in which the unmodified model's engine adds them in the parameter's
+  // InputBuffer (the last use first). Left at each stage's own position, the op would return
+  // several gradients for one tensor and autograd would add them in the op's input order, the
+  // first use first: with three uses or more, (g1 + g2) + g3 instead of (g3 + g2) + g1, other bits.
   for (auto& [position, gradient] : gradients.lifted) {
-    at::Tensor& sum = lifted_grads_[position];
+    at::Tensor& sum = lifted_grads_[firstPositionOf(runner_.arguments().lifted_tensors, position)];
     sum = sum.defined() ? sum + gradient : std::move(gradient);
   }
   delta_[l - 1] = std::move(gradients.inputs);

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 
+#include "runtime/error_text.h"
+
 namespace jitckpt {
 namespace {
 
@@ -184,9 +186,7 @@ Tensors StageRunner::run(int l, const Tensors& activations, Mode mode,
     torch::jit::InterpreterState(stages_->code(l)).run(stack);
   } catch (const std::exception& e) {  // c10::Error, and the interpreter's own errors
     if (resume) resume->restore();
-    const auto* error = dynamic_cast<const c10::Error*>(&e);
-    TORCH_CHECK(false, "jitckpt: stage ", l, " (", stage.label,
-                ") failed: ", error ? error->what_without_backtrace() : e.what());
+    TORCH_CHECK(false, "jitckpt: stage ", l, " (", stage.label, ") failed: ", reasonOf(e));
   }
   if (resume) resume->restore();
   ran_[l] = true;
@@ -279,6 +279,12 @@ StageGradients StageRunner::backward(int l, RecordedStage recorded, const Tensor
   gradients.inputs.resize(recorded.leaves.size());
   if (roots.empty() || wrt.empty()) return gradients;
   // Gradients are returned, never written into .grad here: they reach autograd through the op.
+  // Nor are they ever taken back out of a leaf's .grad (backward(inputs=) then .grad):
+  // AccumulateGrad gives a gradient the strides of its variable (the gradient layout contract), so
+  // delta^{l-1} of a channels-last or transposed boundary would reach B(l-1) with other strides
+  // than the engine's InputBuffer sum the unmodified model passes on, and every reduction over it
+  // (a per-channel scale's gradient, sum_to_size) would add in another order
+  // (test_layout_exactness.py).
   Tensors computed = torch::autograd::grad(roots, wrt, root_grads, /*retain_graph=*/false,
                                            /*create_graph=*/false, /*allow_unused=*/true);
   roots.clear();
