@@ -9,6 +9,7 @@
 
 #include "passes/buffer_guard.h"
 #include "passes/graph_walk.h"
+#include "runtime/error_text.h"
 #include "runtime/rng_state.h"
 
 namespace jitckpt {
@@ -72,11 +73,10 @@ ValueBytes measureValueBytes(const torch::jit::Module& module, const Graph& grap
     try {
       torch::jit::InterpreterState(code).run(stack);
     } catch (const std::exception& e) {  // c10::Error, and the interpreter's own errors
-      const auto* error = dynamic_cast<const c10::Error*>(&e);
       TORCH_CHECK(false,
                   "running forward on the example inputs failed (do they have the shapes, dtypes "
                   "and devices that the model expects?): ",
-                  error ? error->what_without_backtrace() : e.what());
+                  reasonOf(e));
     }
   }
   TORCH_INTERNAL_ASSERT(stack.size() == 2 * measured.size());

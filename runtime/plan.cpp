@@ -1,6 +1,7 @@
 // Plan: validation and printing (see plan.h).
 #include "runtime/plan.h"
 
+#include <cstdio>
 #include <sstream>
 
 #include "runtime/replan.h"
@@ -31,18 +32,30 @@ Plan::Plan(std::shared_ptr<const ChainStages> stages, Solution solution)
   }
 }
 
+namespace {
+
+std::string formatMilliseconds(double ms) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.3g ms", ms);
+  return buffer;
+}
+
+}  // namespace
+
 std::string Plan::str() const {
   const Solution& s = solution_;
   std::ostringstream os;
   os << "jitckpt.Plan: " << numStages() << " stages, strategy " << solver::toString(s.strategy)
      << ", limit " << solver::formatBytes(s.memory_limit) << ", predicted peak "
-     << solver::formatBytes(s.predicted_peak) << ", predicted time " << s.predicted_time << "\n";
+     << solver::formatBytes(s.predicted_peak) << ", predicted time "
+     << formatMilliseconds(s.predicted_time) << "\n";
   for (int l = 1; l <= numStages(); ++l) {
     const StageSpec& stage = stages_->stage(l);
     os << "  stage " << l << " \"" << stage.label << "\": " << stage.num_activation_inputs
        << " input(s)";
     os << ", a " << solver::formatBytes(s.costs.wa[l]) << ", abar "
-       << solver::formatBytes(s.costs.wabar[l]);
+       << solver::formatBytes(s.costs.wabar[l]) << ", F " << formatMilliseconds(s.costs.uf[l])
+       << ", B " << formatMilliseconds(s.costs.ub[l]);
     if (stage.writes_activation_input) os << ", writes its input";
     if (stages_->hasRandomOps(l)) os << ", random";
     if (!stage.mutated_lifted.empty()) os << ", updates buffers";

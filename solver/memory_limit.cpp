@@ -58,9 +58,22 @@ MemoryLimit MemoryLimit::parse(const std::string& text) {
                                                          {"tib", 1099511627776.0}};
   for (const auto& [name, scale] : units) {
     if (unit != name) continue;
-    // A bare number up to 1 is a fraction of the unconstrained peak; anything larger is bytes.
+    // A bare number up to 1 is a fraction of the unconstrained peak; a larger one is bytes, and
+    // then whole: "1.5" is a mistake, not 2 bytes.
     if (unit.empty() && number <= 1) return {Kind::Fraction, number};
-    return {Kind::Bytes, std::round(number * scale)};
+    if (unit.empty() && number != std::floor(number)) {
+      throw std::invalid_argument("memory limit '" + text +
+                                  "' is neither a fraction (at most 1) nor a whole number of "
+                                  "bytes: " +
+                                  accepted);
+    }
+    const double bytes = std::round(number * scale);
+    // Bytes are held as int64: anything from 2^63 on would wrap around.
+    if (bytes >= 9.2e18) {
+      throw std::invalid_argument("memory limit '" + text +
+                                  "' is more than 8 EiB; give \"none\" for no limit");
+    }
+    return {Kind::Bytes, bytes};
   }
   throw std::invalid_argument("memory limit '" + text + "' has an unknown unit '" + unit +
                               "': use B, KB, MB, GB, KiB, MiB, GiB or %");
@@ -97,10 +110,10 @@ std::string MemoryLimit::toText() const {
 }
 
 std::string formatBytes(int64_t bytes) {
-  static const char* names[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  static const char* names[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double value = static_cast<double>(bytes);
   int unit = 0;
-  while (std::fabs(value) >= 1024 && unit < 4) {
+  while (std::fabs(value) >= 1024 && unit < 6) {
     value /= 1024;
     ++unit;
   }

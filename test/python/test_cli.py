@@ -74,3 +74,92 @@ def test_a_corrupt_plan_gets_its_reason(tmp_path):
     assert done.returncode != 0
     assert "cannot load" in done.stderr and "Expected a number after '-'" in done.stderr, done.stderr
     assert "()" not in done.stderr, done.stderr
+
+
+OPT = os.environ.get("JITCKPT_OPT", os.path.join("build", "tools", "opt", "jitckpt-opt"))
+
+
+class TokensAndMask(nn.Module):
+    """Two inputs that are not float: token ids and a boolean mask."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(11, 8)
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(4)])
+
+    def forward(self, tokens, mask):
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = torch.tanh(layer(x)).masked_fill(~mask.unsqueeze(-1), 0.0)
+        return x
+
+
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    """The error of a failed run: exit status 2, one 'error:' line, no C++ or TorchScript frames."""
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr
+    for frame in ("Exception raised from", "frame #", "Traceback of TorchScript"):
+        assert frame not in result.stderr, result.stderr
+    return errors[0]
+
+
+def test_inputs_of_any_dtype_and_several_inputs(tmp_path):
+    model, out = tmp_path / "tokens.pt", tmp_path / "tokens.jitckpt.pt"
+    torch.manual_seed(0)
+    torch.jit.script(TokensAndMask().train()).save(str(model))
+    done = run("optimize", model, "--input", "int64:4,16", "--input", "bool:4,16", "--memory-limit", "0.9",
+               "-o", out)
+    assert done.returncode == 0, done.stderr
+    shown = run("inspect", out)
+    assert shown.returncode == 0 and " ms" in shown.stdout.splitlines()[0], shown.stdout
+    loaded = torch.jit.load(str(out))
+    tokens = torch.randint(0, 11, (4, 16))
+    mask = torch.rand(4, 16) > 0.3
+    loaded(tokens, mask).sum().backward()
+    assert all(p.grad is not None for p in loaded.parameters())
+    assert "unknown dtype" in one_line_error(run("optimize", model, "--input", "int65:4,16", "-o", out))
+
+
+def test_a_limit_of_one_and_a_half_is_refused_as_in_python(tmp_path):
+    model = tmp_path / "m.pt"
+    scripted().save(str(model))
+    error = one_line_error(run("optimize", model, "--input", "2,3,16,16", "--memory-limit", "1.5",
+                               "-o", tmp_path / "out.pt"))
+    assert "neither a fraction" in error
+    with pytest.raises(ValueError, match="fraction"):
+        jitckpt.checkpoint(scripted(), (torch.randn(2, 3, 16, 16),), memory_limit=1.5)
+
+
+def test_a_limit_too_large_for_bytes_is_refused_not_wrapped():
+    with pytest.raises(RuntimeError, match="more than 8 EiB") as raised:
+        jitckpt.checkpoint(scripted(), (torch.randn(2, 3, 16, 16),), memory_limit=10**30)
+    assert "-" not in str(raised.value).split("EiB")[0].split("'")[-1]
+
+
+def test_a_missing_output_folder_is_reported_before_profiling(tmp_path):
+    model = tmp_path / "m.pt"
+    scripted().save(str(model))
+    result = run("optimize", model, "--input", "2,3,16,16", "-o", tmp_path / "no" / "such" / "out.pt")
+    assert "does not exist" in one_line_error(result)
+    assert "partitioned" not in result.stderr and "profil" not in result.stderr
+
+
+def test_wrong_input_shapes_name_the_models_own_error(tmp_path):
+    model = tmp_path / "m.pt"
+    scripted().save(str(model))
+    error = one_line_error(run("optimize", model, "--input", "2,5,16,16", "-o", tmp_path / "out.pt"))
+    assert "running forward on the example inputs failed" in error and "channels" in error
+
+
+def test_jitckpt_opt_on_files_that_are_not_modules(tmp_path):
+    state_dict = tmp_path / "weights.pt"
+    torch.save({"w": torch.ones(2)}, str(state_dict))
+    assert "cannot load" in one_line_error(subprocess.run([OPT, str(state_dict)], capture_output=True, text=True))
+    text = tmp_path / "notes.txt"
+    text.write_text("not IR\n")
+    assert "graph(" in one_line_error(subprocess.run([OPT, str(text)], capture_output=True, text=True))
+    model = tmp_path / "m.pt"
+    scripted().save(str(model))
+    bad_shape = subprocess.run([OPT, str(model), "--input", "2,x"], capture_output=True, text=True)
+    assert "positive integers" in one_line_error(bad_shape)

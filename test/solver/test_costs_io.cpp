@@ -76,3 +76,22 @@ TEST(MemoryLimit, ParsesBytesFractionsAndErrors) {
   EXPECT_THROW(MemoryLimit::parse("150%"), std::invalid_argument);
   EXPECT_EQ(formatBytes(1536), "1.50 KiB");
 }
+
+TEST(MemoryLimit, RefusesWhatWouldWrapOrRound) {
+  // A bare 1.5 is neither a fraction nor whole bytes (it used to be read as 2 bytes).
+  EXPECT_THROW(MemoryLimit::parse("1.5"), std::invalid_argument);
+  EXPECT_EQ(MemoryLimit::parse("2.0").resolve(0), 2);
+  // Bytes that int64 cannot hold (Python's memory_limit=10**30 arrives as "1000...0B").
+  EXPECT_THROW(MemoryLimit::parse("1" + std::string(30, '0') + "B"), std::invalid_argument);
+  EXPECT_THROW(MemoryLimit::parse("9000000TiB"), std::invalid_argument);
+  EXPECT_THROW(MemoryLimit::parse("1e300"), std::invalid_argument);
+  EXPECT_EQ(MemoryLimit::parse("1TiB").resolve(0), int64_t{1} << 40);
+  EXPECT_EQ(formatBytes(int64_t{3} << 50), "3.00 PiB");
+  // toText is exact and parse reads it back.
+  for (const char* text : {"123456789B", "0.123456789", "none", "37%"}) {
+    const MemoryLimit limit = MemoryLimit::parse(text);
+    const MemoryLimit back = MemoryLimit::parse(limit.toText());
+    EXPECT_EQ(back.kind, limit.kind) << text;
+    EXPECT_EQ(back.value, limit.value) << text;
+  }
+}

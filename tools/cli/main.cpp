@@ -4,34 +4,16 @@
 #include <torch/script.h>
 
 #include <CLI/CLI.hpp>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "jitckpt/jitckpt.h"
 #include "solver/memory_limit.h"
+#include "tools/common/example_inputs.h"
 #include "tools/common/report_errors.h"
 
 namespace {
-
-std::vector<int64_t> parseShape(const std::string& text) {
-  std::vector<int64_t> shape;
-  std::stringstream in(text);
-  std::string part;
-  while (std::getline(in, part, ',')) {
-    try {
-      size_t used = 0;
-      const long long dim = std::stoll(part, &used);
-      if (used != part.size() || dim < 1) throw std::invalid_argument("");
-      shape.push_back(dim);
-    } catch (const std::exception&) {
-      throw std::invalid_argument("input shape '" + text +
-                                  "' must be positive integers separated by commas, "
-                                  "such as 8,3,224,224");
-    }
-  }
-  if (shape.empty()) throw std::invalid_argument("empty input shape");
-  return shape;
-}
 
 torch::jit::Module loadModule(const std::string& path) {
   try {
@@ -58,23 +40,41 @@ c10::intrusive_ptr<jitckpt::Plan> requirePlan(const torch::jit::Module& module,
 
 struct OptimizeOptions {
   std::string input_path, output_path, limit_text = "0.5", strategy = "optimal";
-  std::vector<std::string> shapes;
+  std::vector<std::string> inputs;  // example input specs (example_inputs.h)
   int slots = 500, max_stages = 0, segments = 0;
   bool eval_mode = false;
 };
 
+// Fails unless `path` can be written, before anything slow runs.
+void requireWritable(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path parent = fs::absolute(path).parent_path();
+  if (!fs::is_directory(parent)) {
+    throw std::runtime_error("cannot write '" + path + "': the folder '" + parent.string() +
+                             "' does not exist; create it first");
+  }
+  const bool existed = fs::exists(path);
+  if (!std::ofstream(path, std::ios::app)) {
+    throw std::runtime_error("cannot write '" + path + "' (permissions?)");
+  }
+  if (!existed) fs::remove(path);
+}
+
 void optimize(const OptimizeOptions& o) {
+  // Everything that can be checked before profiling is.
+  const auto limit = jitckpt::MemoryLimit::parse(o.limit_text);
+  std::vector<c10::IValue> inputs;
+  for (const auto& spec : o.inputs) inputs.emplace_back(jitckpt::tools::exampleInput(spec));
+  if (inputs.empty()) throw std::runtime_error("give the forward's inputs with --input");
+  requireWritable(o.output_path);
   torch::jit::Module module = loadModule(o.input_path);
   module.train(!o.eval_mode);
-  std::vector<c10::IValue> inputs;
-  for (const auto& shape : o.shapes) inputs.push_back(torch::randn(parseShape(shape)));
   jitckpt::CheckpointOptions options;
   options.slots = o.slots;
   options.strategy = jitckpt::solver::parseStrategy(o.strategy);
   options.segments = o.segments;
   options.max_stages = o.max_stages;
-  torch::jit::Module rewritten =
-      jitckpt::checkpoint(module, inputs, jitckpt::MemoryLimit::parse(o.limit_text), options);
+  torch::jit::Module rewritten = jitckpt::checkpoint(module, inputs, limit, options);
   rewritten.save(o.output_path);
   const auto plan = requirePlan(rewritten, o.output_path);
   const jitckpt::Solution& s = plan->solution();
@@ -82,7 +82,7 @@ void optimize(const OptimizeOptions& o) {
             << jitckpt::solver::toString(s.strategy) << ", predicted activation peak "
             << jitckpt::solver::formatBytes(s.predicted_peak) << " of "
             << jitckpt::solver::formatBytes(s.unconstrained_peak)
-            << " unconstrained, predicted time " << s.predicted_time << " ms\n";
+            << " unconstrained, predicted time " << s.predicted_time << " ms per step\n";
 }
 
 void inspect(const std::string& path, bool print_graph) {
@@ -110,8 +110,9 @@ int main(int argc, char** argv) {
   OptimizeOptions o;
   optimize_command->add_option("model", o.input_path, "saved TorchScript module (.pt)")->required();
   optimize_command
-      ->add_option("--input-shape", o.shapes,
-                   "shape of each forward input, e.g. 8,3,224,224 (float32)")
+      ->add_option("--input,--input-shape", o.inputs,
+                   "each forward input in order: [DTYPE:]SHAPE[=FILL], e.g. 8,3,224,224 (float32, "
+                   "random), int64:4,128 (zeros), bool:4,128=1")
       ->required();
   optimize_command->add_option("--memory-limit", o.limit_text,
                                "activation memory: bytes (2GiB, 512MiB) or a fraction of the "

@@ -22,6 +22,8 @@
 #include "passes/print_partition.h"
 #include "passes/rewrite.h"
 #include "passes/solve.h"
+#include "runtime/error_text.h"
+#include "tools/common/example_inputs.h"
 #include "tools/common/report_errors.h"
 
 namespace {
@@ -31,14 +33,6 @@ struct Input {
   std::optional<torch::jit::Module> module;  // a saved module; it owns the functions it calls
   std::vector<c10::IValue> example_inputs;   // --input-shape: cuts by bytes (modules only)
 };
-
-// "2,3,8,8" -> a random float tensor of that shape.
-at::Tensor exampleTensor(const std::string& shape) {
-  std::vector<int64_t> sizes;
-  std::istringstream parts(shape);
-  for (std::string part; std::getline(parts, part, ',');) sizes.push_back(std::stoll(part));
-  return torch::randn(sizes);
-}
 
 // lit files carry RUN/CHECK lines as comments: keep from the first "graph(" on.
 std::shared_ptr<torch::jit::Graph> parseIrText(const std::string& text, const std::string& name) {
@@ -60,9 +54,9 @@ Input readInput(const std::string& path) {
   if (path.size() > 3 && path.substr(path.size() - 3) == ".pt") {
     try {
       input.module = torch::jit::load(path);
-    } catch (const c10::Error& e) {
+    } catch (const std::exception& e) {
       throw std::runtime_error("cannot load '" + path + "' as a TorchScript module (" +
-                               e.what_without_backtrace() + ")");
+                               jitckpt::reasonOf(e) + ")");
     }
     input.graph = input.module->get_method("forward").graph()->copy();
     return input;
@@ -132,14 +126,16 @@ int main(int argc, char** argv) {
   app.add_flag("--keep-inplace-cuts", keep_inplace_cuts,
                "partition: keep cuts whose boundary is written in place (marks the stage)");
   std::vector<std::string> input_shapes;
-  app.add_option("--input-shape", input_shapes,
-                 "partition, rewrite: a float example input of this shape (2,3,8,8), once per "
-                 "forward input; cuts are then chosen by the bytes they carry");
+  app.add_option("--input,--input-shape", input_shapes,
+                 "partition, rewrite: an example input, once per forward input: "
+                 "[DTYPE:]SHAPE[=FILL] such as 2,3,8,8 or int64:4,16; cuts are then chosen by "
+                 "the bytes they carry");
   CLI11_PARSE(app, argc, argv);
   options.move_cuts_off_inplace_writes = !keep_inplace_cuts;
   return jitckpt::tools::reportErrors([&] {
     Input input = readInput(path);
-    for (const auto& shape : input_shapes) input.example_inputs.emplace_back(exampleTensor(shape));
+    for (const auto& shape : input_shapes)
+      input.example_inputs.emplace_back(jitckpt::tools::exampleInput(shape));
     passes.at(pass)(input, options);
   });
 }
