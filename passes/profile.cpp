@@ -68,8 +68,7 @@ c10::Device chainDevice(const ChainArguments& arguments) {
   return c10::Device(c10::kCPU);
 }
 
-// The bytes of the parameters' gradients B returned: model memory, as .grad is, not charged to
-// the stage.
+// The bytes of the parameters' gradients B returned.
 int64_t parameterGradBytes(const StageRunner& runner, const StageGradients& gradients) {
   Tensors parameter_grads;
   for (const auto& [position, gradient] : gradients.lifted) {
@@ -96,7 +95,9 @@ Tensors measureMemory(StageRunner& runner, int l, const Tensors& current,
   const int64_t peak = probe.peakBytes() - base;
   s.input_grad_bytes = storageBytes(gradients.inputs);
   s.parameter_grad_bytes = parameterGradBytes(runner, gradients);
-  s.backward_overhead = std::max<int64_t>(0, peak - s.input_grad_bytes - s.parameter_grad_bytes);
+  // B holds the stage's parameter gradients at its end, with transients that may come before
+  // them: ob covers both (once B is done they are model memory, as .grad is).
+  s.backward_overhead = std::max<int64_t>(0, peak - s.input_grad_bytes);
   return outputs;
 }
 
@@ -146,17 +147,14 @@ int64_t measureUnconstrainedPeak(StageRunner& runner, const Tensors& chain_input
     current = recorded[l]->outputs;
   }
   current.clear();
-  int64_t peak = probe.peakBytes();
   for (int l = L; l >= 1; --l) {
-    probe.resetPeak();
+    // The parameters' gradients are dropped after each B: model memory, as .grad is.
     StageGradients gradients = runner.backward(l, std::move(*recorded[l]), delta);
     recorded[l].reset();
     delta = std::move(gradients.inputs);
-    // As ob: the parameters' gradients are model memory, dropped here (see measureMemory).
-    peak = std::max(peak, probe.peakBytes() - parameterGradBytes(runner, gradients));
   }
   delta.clear();
-  return peak - base + held_from_start;
+  return probe.peakBytes() - base + held_from_start;
 }
 
 void appendStage(solver::Costs& c, const StageProfile& s, int l) {

@@ -66,8 +66,8 @@ struct StageProfile {  // the measurements behind one stage's costs, for reports
   int64_t output_bytes = 0;      // wa
   int64_t recorded_bytes = 0;    // live bytes after Fall minus before (wabar before max)
   int64_t input_grad_bytes = 0;  // wd[l-1]
-  // Size of the stage's parameter gradients: B returns them and they stay until the chain's
-  // backward hands them to autograd, as .grad would hold them; ob does not include them.
+  // Size of the stage's parameter gradients: B returns them, so ob includes them; afterwards they
+  // stay until the chain's backward hands them to autograd, as .grad would hold them.
   int64_t parameter_grad_bytes = 0;
   int64_t forward_overhead_no_grad = 0, forward_overhead_grad = 0;  // of = max of the two
   int64_t backward_overhead = 0;                                    // ob
@@ -84,7 +84,7 @@ struct ChainProfile {
   int64_t unconstrained_peak = 0;
   // The same schedule run for real, stage by stage as the executor runs it: peak live bytes above
   // the baseline plus a^0 and delta^L (held from the start in the simulator). Parameter
-  // gradients are dropped after each B and not counted, as for ob. -1 when not measured.
+  // gradients are dropped after each B. -1 when not measured.
   int64_t measured_unconstrained_peak = -1;
 };
 

@@ -91,8 +91,7 @@ void ScheduleExecutor::backward(int l) {
   abar_[l].reset();
   Tensors output_grads = std::move(*delta_[l]);
   delta_[l].reset();
-  StageGradients gradients = runner_.backward(l, std::move(recorded), output_grads);
-  output_grads.clear();
+  StageGradients gradients = runner_.backward(l, std::move(recorded), std::move(output_grads));
   // A tensor lifted more than once (one parameter reached through several attribute paths: tied
   // or shared weights) gets its gradients summed at one position, the first, in the order the
   // stages' B run: the order in which the unmodified model's engine adds them in the parameter's

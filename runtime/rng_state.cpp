@@ -3,6 +3,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
+#include <ATen/core/Tensor.h>
 
 #include <mutex>
 
@@ -14,12 +15,17 @@ at::Generator generatorOf(const c10::Device& device) {
   return at::globalContext().defaultGenerator(device);
 }
 
-at::Tensor stateOf(at::Generator generator) {
+at::Generator cloneOf(at::Generator generator) {
   std::lock_guard<std::mutex> lock(generator.mutex());
-  return generator.get_state();
+  return generator.clone();
 }
 
-void setStateOf(at::Generator generator, const at::Tensor& state) {
+void setStateFrom(at::Generator generator, at::Generator saved) {
+  at::Tensor state;
+  {
+    std::lock_guard<std::mutex> lock(saved.mutex());
+    state = saved.get_state();
+  }
   std::lock_guard<std::mutex> lock(generator.mutex());
   generator.set_state(state);
 }
@@ -28,19 +34,16 @@ void setStateOf(at::Generator generator, const at::Tensor& state) {
 
 RngState RngState::capture(const std::vector<c10::Device>& devices) {
   RngState state;
-  state.cpu_ = stateOf(at::detail::getDefaultCPUGenerator());
+  state.devices_.push_back(c10::Device(c10::kCPU));
   for (const c10::Device& d : devices) {
-    if (d.is_cpu()) continue;
-    state.devices_.push_back(d);
-    state.device_states_.push_back(stateOf(generatorOf(d)));
+    if (!d.is_cpu()) state.devices_.push_back(d);
   }
+  for (const c10::Device& d : state.devices_) state.clones_.push_back(cloneOf(generatorOf(d)));
   return state;
 }
 
 void RngState::restore() const {
-  if (cpu_.defined()) setStateOf(at::detail::getDefaultCPUGenerator(), cpu_);
-  for (size_t i = 0; i < devices_.size(); ++i)
-    setStateOf(generatorOf(devices_[i]), device_states_[i]);
+  for (size_t i = 0; i < clones_.size(); ++i) setStateFrom(generatorOf(devices_[i]), clones_[i]);
 }
 
 }  // namespace jitckpt

@@ -4,7 +4,7 @@
 // stream as it was around a measurement.
 #pragma once
 
-#include <ATen/core/Tensor.h>
+#include <ATen/core/Generator.h>
 #include <c10/core/Device.h>
 
 #include <vector>
@@ -19,9 +19,10 @@ class RngState {
   void restore() const;
 
  private:
-  std::vector<c10::Device> devices_;
-  at::Tensor cpu_;
-  std::vector<at::Tensor> device_states_;  // parallel to devices_
+  // Clones of the generators, not their serialized states: the CPU's is a 5 KB tensor, which a
+  // chain of small stages would hold once per random stage as activation memory.
+  std::vector<c10::Device> devices_;   // the CPU's first
+  std::vector<at::Generator> clones_;  // parallel to devices_
 };
 
 class RngStateGuard {

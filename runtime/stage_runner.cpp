@@ -3,7 +3,8 @@
 
 #include <ATen/Functions.h>
 #include <c10/core/GradMode.h>
-#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
 
 #include <algorithm>
 
@@ -14,6 +15,45 @@ namespace {
 
 bool contains(const std::vector<size_t>& list, size_t value) {
   return std::find(list.begin(), list.end(), value) != list.end();
+}
+
+// The root of a stage's backward: hands the gradients of the stage's outputs to autograd and
+// keeps none, so that each is freed once the ops that read it have run, as in the unmodified model
+// (autograd's own GraphRoot keeps them to the end).
+struct ReleasingRoot : public torch::autograd::Node {
+  ReleasingRoot(torch::autograd::edge_list edges, Tensors grads)
+      : Node(std::move(edges)), grads_(std::move(grads)) {}
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& /*unused*/) override {
+    return std::move(grads_);
+  }
+  Tensors grads_;
+};
+
+// torch::autograd::grad(roots, wrt, root_grads, allow_unused=true), except that neither the roots
+// (the stage's outputs) nor their gradients are held while the backward runs: the graph keeps what
+// it saved of them, and what it did not save (a residual sum) is freed at once.
+Tensors gradientsOf(Tensors roots, Tensors root_grads, const Tensors& wrt) {
+  torch::autograd::edge_list root_edges, wrt_edges;
+  for (const auto& root : roots) root_edges.push_back(torch::autograd::impl::gradient_edge(root));
+  roots.clear();
+  // The root's own input is a placeholder it ignores (the engine needs one, with a device).
+  const at::Tensor placeholder = at::zeros({}, root_grads.at(0).options());
+  auto root = std::make_shared<ReleasingRoot>(std::move(root_edges), std::move(root_grads));
+  root->add_input_metadata(placeholder);
+  for (const auto& t : wrt) {
+    std::shared_ptr<torch::autograd::Node> node = t.grad_fn();
+    if (!node) node = torch::autograd::impl::try_get_grad_accumulator(t);
+    // Unreachable (allow_unused): an edge to a node of its own, as autograd::grad makes.
+    if (!node) {
+      wrt_edges.emplace_back(std::make_shared<torch::autograd::Identity>(), 0);
+    } else {
+      wrt_edges.emplace_back(std::move(node), t.grad_fn() ? t.output_nr() : 0);
+    }
+  }
+  const torch::autograd::edge_list start{torch::autograd::Edge(std::move(root), 0)};
+  return torch::autograd::Engine::get_default_engine().execute(
+      start, {placeholder}, /*keep_graph=*/false, /*create_graph=*/false,
+      /*accumulate_grad=*/false, wrt_edges);
 }
 
 // Whether `tensors` holds `t` itself (not an equal tensor).
@@ -241,15 +281,16 @@ Tensors StageRunner::gradientTargets(int l) const {
   return out;
 }
 
-StageGradients StageRunner::backward(int l, RecordedStage recorded, const Tensors& output_grads) {
+StageGradients StageRunner::backward(int l, RecordedStage recorded, Tensors output_grads) {
   TORCH_INTERNAL_ASSERT(output_grads.size() == recorded.outputs.size());
   Tensors roots, root_grads;
   for (size_t i = 0; i < recorded.outputs.size(); ++i) {
     if (recorded.outputs[i].requires_grad() && output_grads[i].defined()) {
       roots.push_back(recorded.outputs[i]);
-      root_grads.push_back(output_grads[i]);
+      root_grads.push_back(std::move(output_grads[i]));
     }
   }
+  output_grads.clear();
   recorded.outputs.clear();  // the roots keep the graph alive, no longer
   // What the gradient is taken with respect to: the leaves that require grad, the side values'
   // stand-ins, then the lifted tensors of this stage that require grad; `targets` says where each
@@ -285,9 +326,7 @@ StageGradients StageRunner::backward(int l, RecordedStage recorded, const Tensor
   // than the engine's InputBuffer sum the unmodified model passes on, and every reduction over it
   // (a per-channel scale's gradient, sum_to_size) would add in another order
   // (test_layout_exactness.py).
-  Tensors computed = torch::autograd::grad(roots, wrt, root_grads, /*retain_graph=*/false,
-                                           /*create_graph=*/false, /*allow_unused=*/true);
-  roots.clear();
+  Tensors computed = gradientsOf(std::move(roots), std::move(root_grads), wrt);
   for (size_t i = 0; i < computed.size(); ++i) {
     if (!computed[i].defined()) continue;
     const auto [is_input, index] = targets[i];

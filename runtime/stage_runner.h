@@ -88,8 +88,9 @@ class StageRunner {
   // leaves require grad when floating point and a gradient flows there (l > 1, or the chain
   // input requires grad).
   RecordedStage recordedForward(int l, const Tensors& activations);
-  // B(l): consumes a recorded run and the gradients of its outputs (undefined: none).
-  StageGradients backward(int l, RecordedStage recorded, const Tensors& output_grads);
+  // B(l): consumes a recorded run and the gradients of its outputs (undefined: none); each
+  // gradient is freed as soon as the backward is done with it, if the caller holds no copy.
+  StageGradients backward(int l, RecordedStage recorded, Tensors output_grads);
   // The stage recording its autograd graph on `activations` themselves (not on detached
   // copies), side values entering as leaves as in Fall (appended to `side_leaves`): for a
   // backward that differentiates the whole chain at once (retain_graph).

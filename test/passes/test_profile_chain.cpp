@@ -132,9 +132,9 @@ torch::jit::Module twoWeightStage() {
   return m;
 }
 
-TEST(ProfileChain, BackwardOverheadLeavesOutParameterGradients) {
-  // B returns both weights' gradients (the executor hands them to autograd, which puts them in
-  // .grad): model memory, as .grad is, so the overhead holds neither.
+TEST(ProfileChain, BackwardOverheadHoldsTheStagesParameterGradients) {
+  // B returns both weights' gradients (the executor hands them to autograd at the end of the
+  // chain's backward), so both are alive when B ends.
   torch::jit::Module m = twoWeightStage();
   PartitionOptions one_stage;
   one_stage.max_stages = 1;
@@ -143,7 +143,7 @@ TEST(ProfileChain, BackwardOverheadLeavesOutParameterGradients) {
   ASSERT_EQ(p.stages.size(), 1u);
   const int64_t weight = 256 * 256 * kFloat;
   EXPECT_EQ(p.stages[0].parameter_grad_bytes, 2 * weight);
-  EXPECT_LT(p.costs.ob[1], weight);
+  EXPECT_GT(p.costs.ob[1], 3 * weight / 2);  // both, less what B frees of the stage on the way
 }
 
 TEST(ProfileChain, ParameterGradientsAreLeftAsTheyWere) {

@@ -16,11 +16,11 @@ namespace jitckpt::tools {
 
 inline const std::map<std::string, at::ScalarType>& inputDtypes() {
   static const std::map<std::string, at::ScalarType> dtypes = {
-      {"float32", at::kFloat}, {"float", at::kFloat},   {"float64", at::kDouble},
-      {"double", at::kDouble}, {"float16", at::kHalf},  {"half", at::kHalf},
-      {"bfloat16", at::kBFloat16}, {"int64", at::kLong}, {"long", at::kLong},
-      {"int32", at::kInt},     {"int", at::kInt},       {"int16", at::kShort},
-      {"int8", at::kChar},     {"uint8", at::kByte},    {"bool", at::kBool}};
+      {"float32", at::kFloat},     {"float", at::kFloat},  {"float64", at::kDouble},
+      {"double", at::kDouble},     {"float16", at::kHalf}, {"half", at::kHalf},
+      {"bfloat16", at::kBFloat16}, {"int64", at::kLong},   {"long", at::kLong},
+      {"int32", at::kInt},         {"int", at::kInt},      {"int16", at::kShort},
+      {"int8", at::kChar},         {"uint8", at::kByte},   {"bool", at::kBool}};
   return dtypes;
 }
 
