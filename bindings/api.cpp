@@ -152,4 +152,9 @@ void defineCheckpointApi(py::module_& m) {
         [] { return jitckpt::probes::CountingAllocator::instance().peakBytes(); });
   m.def("reset_cpu_memory_peak",
         [] { return jitckpt::probes::CountingAllocator::instance().resetPeak(); });
+  m.def("cpu_allocations",
+        [] { return jitckpt::probes::CountingAllocator::instance().allocations(); });
+  // Tests only: the n-th CPU allocation from now fails (needs start_cpu_memory_counting).
+  m.def("fail_cpu_allocation",
+        [](int64_t n) { jitckpt::probes::CountingAllocator::instance().failAllocation(n); });
 }

@@ -84,6 +84,28 @@ struct ChainFunction : public torch::autograd::Function<ChainFunction> {
   }
 };
 
+// The buffers the chain's stages update in place (BatchNorm statistics), copied before a call, so
+// that a call that fails part way (out of memory) leaves none of them half-updated.
+class BufferRollback {
+ public:
+  BufferRollback(const ChainStages& stages, at::TensorList lifted_tensors) {
+    for (int l = 1; l <= stages.size(); ++l) {
+      for (size_t k : stages.stage(l).mutated_lifted) {
+        if (stages.lifted()[k].kind == LiftedKind::Scalar) continue;
+        const at::Tensor& live = lifted_tensors[stages.position(k)];
+        if (live.defined()) saved_.emplace_back(live, live.detach().clone());
+      }
+    }
+  }
+  void restore() {
+    at::NoGradGuard no_grad;
+    for (auto& [live, copy] : saved_) live.detach().copy_(copy);
+  }
+
+ private:
+  std::vector<std::pair<at::Tensor, at::Tensor>> saved_;
+};
+
 bool anyRequiresGrad(at::TensorList tensors) {
   for (const auto& t : tensors) {
     if (t.requires_grad()) return true;
@@ -96,12 +118,18 @@ bool anyRequiresGrad(at::TensorList tensors) {
 std::vector<at::Tensor> chainAutograd(at::TensorList inputs, at::TensorList lifted_tensors,
                                       const c10::List<c10::IValue>& lifted_scalars,
                                       const c10::intrusive_ptr<Plan>& plan) {
-  if (!c10::GradMode::is_enabled() ||
-      !(anyRequiresGrad(inputs) || anyRequiresGrad(lifted_tensors))) {
-    c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
-    return chainInference(inputs, lifted_tensors, lifted_scalars, plan);
+  BufferRollback rollback(plan->stages(), lifted_tensors);
+  try {
+    if (!c10::GradMode::is_enabled() ||
+        !(anyRequiresGrad(inputs) || anyRequiresGrad(lifted_tensors))) {
+      c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
+      return chainInference(inputs, lifted_tensors, lifted_scalars, plan);
+    }
+    return ChainFunction::apply(inputs, lifted_tensors, lifted_scalars, plan);
+  } catch (...) {  // out of memory, or any stage's error: the buffers go back to where they were
+    rollback.restore();
+    throw;
   }
-  return ChainFunction::apply(inputs, lifted_tensors, lifted_scalars, plan);
 }
 
 std::vector<at::Tensor> chainInference(at::TensorList inputs, at::TensorList lifted_tensors,

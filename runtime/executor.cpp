@@ -162,24 +162,17 @@ Tensors ScheduleExecutor::runBackwardWholeGraph(const Tensors& output_grads) {
   }
   for (auto& [position, leaf] : side_leaves) {
     wrt.push_back(std::move(leaf));
-    where.push_back(num_inputs + position);
-  }
-  for (size_t position = 0; position < arguments.lifted_tensors.size(); ++position) {
-    const at::Tensor& t = arguments.lifted_tensors[position];
-    // Parameters (leaves); a tensor lifted twice (tied weights) gets its whole gradient once.
-    const bool seen =
-        std::any_of(wrt.begin(), wrt.end(), [&](const auto& u) { return u.is_same(t); });
-    if (!t.defined() || !t.requires_grad() || !t.is_leaf() || seen) continue;
-    wrt.push_back(t);
-    where.push_back(num_inputs + position);
+    where.push_back(num_inputs + firstPositionOf(arguments.lifted_tensors, position));
   }
   Tensors result(num_inputs + arguments.lifted_tensors.size());
   if (roots.empty() || wrt.empty()) return result;
   Tensors computed = torch::autograd::grad(roots, wrt, root_grads, /*retain_graph=*/false,
                                            /*create_graph=*/false, /*allow_unused=*/true);
-  for (size_t j = 0; j < computed.size(); ++j) {
+  // Last stage first, as the schedule's B and autograd add a tensor's gradients from several
+  // stages.
+  for (size_t j = computed.size(); j-- > 0;) {
     if (!computed[j].defined()) continue;
-    at::Tensor& sum = result[where[j]];  // a side value read by several stages: one leaf each
+    at::Tensor& sum = result[where[j]];
     sum = sum.defined() ? sum + computed[j] : std::move(computed[j]);
   }
   return result;

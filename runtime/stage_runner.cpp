@@ -56,12 +56,6 @@ Tensors gradientsOf(Tensors roots, Tensors root_grads, const Tensors& wrt) {
       /*accumulate_grad=*/false, wrt_edges);
 }
 
-// Whether `tensors` holds `t` itself (not an equal tensor).
-bool holds(const Tensors& tensors, const at::Tensor& t) {
-  return std::any_of(tensors.begin(), tensors.end(),
-                     [&](const at::Tensor& u) { return u.is_same(t); });
-}
-
 // Whether `v` is, or holds in a list, tuple or dict, a tensor that requires grad.
 bool holdsTensorRequiringGrad(const c10::IValue& v) {
   bool found = false;
@@ -183,8 +177,8 @@ c10::IValue StageRunner::liftedValue(int l, size_t k, bool recomputation) {
   return recomputation ? c10::IValue(live.detach().clone()) : c10::IValue(live);
 }
 
-bool StageRunner::isSideRequiringGrad(size_t k) const {
-  if (stages_->lifted()[k].kind != LiftedKind::Side) return false;
+bool StageRunner::entersAsLeaf(size_t k) const {
+  if (stages_->lifted()[k].kind == LiftedKind::Scalar) return false;
   const at::Tensor& t = arguments_.lifted_tensors[stages_->position(k)];
   return t.defined() && t.requires_grad();
 }
@@ -202,11 +196,18 @@ Tensors StageRunner::run(int l, const Tensors& activations, Mode mode,
     // through it to the leaf.
     stack.emplace_back(stage.writes_activation_input ? t.clone() : t);
   }
+  std::vector<std::pair<at::Tensor, at::Tensor>> stand_ins;  // (live, leaf): one per tensor
   for (size_t k : stage.lifted) {
-    if (side_leaves && isSideRequiringGrad(k)) {
-      at::Tensor leaf = arguments_.lifted_tensors[stages_->position(k)].detach().requires_grad_();
-      side_leaves->emplace_back(stages_->position(k), leaf);
-      stack.emplace_back(std::move(leaf));
+    if (side_leaves && entersAsLeaf(k)) {
+      const at::Tensor& live = arguments_.lifted_tensors[stages_->position(k)];
+      auto same = std::find_if(stand_ins.begin(), stand_ins.end(),
+                               [&](const auto& entry) { return entry.first.is_same(live); });
+      if (same == stand_ins.end()) {  // a tensor lifted twice (tied weights) gets one leaf
+        at::Tensor leaf = live.detach().requires_grad_();
+        side_leaves->emplace_back(stages_->position(k), leaf);
+        same = stand_ins.emplace(stand_ins.end(), live, std::move(leaf));
+      }
+      stack.emplace_back(same->second);
     } else {
       stack.push_back(liftedValue(l, k, recomputation));
     }
@@ -292,9 +293,8 @@ StageGradients StageRunner::backward(int l, RecordedStage recorded, Tensors outp
   }
   output_grads.clear();
   recorded.outputs.clear();  // the roots keep the graph alive, no longer
-  // What the gradient is taken with respect to: the leaves that require grad, the side values'
-  // stand-ins, then the lifted tensors of this stage that require grad; `targets` says where each
-  // result goes.
+  // What the gradient is taken with respect to: the input leaves that require grad, then the
+  // stand-ins of the lifted tensors that do; `targets` says where each result goes.
   Tensors wrt;
   std::vector<std::pair<bool, size_t>> targets;  // (is input, index)
   for (size_t i = 0; i < recorded.leaves.size(); ++i) {
@@ -307,15 +307,6 @@ StageGradients StageRunner::backward(int l, RecordedStage recorded, Tensors outp
     targets.emplace_back(false, position);
   }
   recorded.side_leaves.clear();
-  for (size_t k : stages_->stage(l).lifted) {
-    if (stages_->lifted()[k].kind == LiftedKind::Scalar || isSideRequiringGrad(k)) continue;
-    const size_t position = stages_->position(k);
-    const at::Tensor& lifted = arguments_.lifted_tensors[position];
-    // A tensor lifted twice (tied weights) gets its whole gradient once.
-    if (!lifted.requires_grad() || holds(wrt, lifted)) continue;
-    wrt.push_back(lifted);
-    targets.emplace_back(false, position);
-  }
   StageGradients gradients;
   gradients.inputs.resize(recorded.leaves.size());
   if (roots.empty() || wrt.empty()) return gradients;

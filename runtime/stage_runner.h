@@ -44,10 +44,11 @@ struct ChainArguments {
 InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments);
 
 // abar^l: the detached inputs of a recorded run (leaves, requiring grad where a gradient flows)
-// and its outputs with their autograd graph. Lifted tensors computed before the chain that
-// require grad (side values: an embedding that several stages read) enter the run as detached
-// leaves too, by position in ChainArguments::lifted_tensors: B stops at them, so the graph before
-// the chain is walked once, by autograd, with the gradient the op returns.
+// and its outputs with their autograd graph. Lifted tensors that require grad (parameters, and
+// side values: an embedding that several stages read) enter the run as detached leaves too, one
+// per tensor, by position in ChainArguments::lifted_tensors: B stops at them, so the graph before
+// the chain and the parameters' AccumulateGrad (with the user's hooks, DDP's) are reached once,
+// by autograd, with the gradient the op returns.
 struct RecordedStage {
   Tensors leaves;
   Tensors outputs;
@@ -105,8 +106,8 @@ class StageRunner {
   enum class Mode { Inference, Forward, Record };
   Tensors run(int l, const Tensors& activations, Mode mode,
               std::vector<std::pair<size_t, at::Tensor>>* side_leaves = nullptr);
-  // Side values reach recorded runs as leaves of their own (see RecordedStage).
-  bool isSideRequiringGrad(size_t k) const;
+  // Lifted tensors that require grad reach recorded runs as leaves of their own (RecordedStage).
+  bool entersAsLeaf(size_t k) const;
   c10::IValue liftedValue(int l, size_t k, bool recomputation);
 
   std::shared_ptr<const ChainStages> stages_;

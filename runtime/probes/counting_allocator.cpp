@@ -83,13 +83,17 @@ c10::DeleterFnPtr CountingAllocator::raw_deleter() const {
 c10::DataPtr CountingAllocator::allocate(size_t nbytes) JITCKPT_ALLOCATE_CONST {
   c10::Allocator* inner = inner_.load();
   if (inner == nullptr) inner = c10::GetDefaultCPUAllocator();
+  auto* self = const_cast<CountingAllocator*>(this);
+  if (nbytes > 0 && fail_countdown_.load() > 0 && self->fail_countdown_.fetch_sub(1) == 1) {
+    TORCH_CHECK(false, "CPU out of memory: the counting allocator failed an allocation of ", nbytes,
+                " bytes on request (failAllocation, for tests)");
+  }
   c10::DataPtr data = inner->allocate(nbytes);
   if (nbytes == 0) return data;  // nothing to count; the default allocator returns nullptr
   void* address = const_cast<void*>(static_cast<const void*>(data.get()));
   const c10::Device device = data.device();
   const auto size = static_cast<int64_t>(nbytes);
   // allocate() is const on LibTorch < 2.3; the counters are atomics, the map has its mutex.
-  auto* self = const_cast<CountingAllocator*>(this);
   const c10::DeleterFnPtr inner_raw = inner->raw_deleter();
   if (inner_raw != nullptr && data.get_context() == address && data.get_deleter() == inner_raw) {
     data.release_context();  // from here on deleteRaw frees it through inner_raw

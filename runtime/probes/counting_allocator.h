@@ -41,6 +41,9 @@ class CountingAllocator final : public c10::Allocator {
   int64_t frees() const { return frees_.load(); }              // of those, how many were freed
   // Sets the peak to the current live bytes; returns the current live bytes.
   int64_t resetPeak();
+  // For tests of out-of-memory handling: the n-th allocation from now (n >= 1, counting those
+  // with nbytes > 0) throws a c10::Error instead of allocating; 0 cancels. Once only.
+  void failAllocation(int64_t n) { fail_countdown_.store(n); }
 
   // The allocator that allocate() forwards to (the one installed before the first guard).
   c10::Allocator* inner() const { return inner_.load(); }
@@ -58,6 +61,7 @@ class CountingAllocator final : public c10::Allocator {
   std::atomic<int64_t> peak_{0};
   std::atomic<int64_t> allocations_{0};
   std::atomic<int64_t> frees_{0};
+  std::atomic<int64_t> fail_countdown_{0};
   // Raw allocations (context == data): their sizes and the inner deleter, by address.
   struct RawEntry {
     int64_t nbytes;

@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   std::string path, pass = "partition";
   jitckpt::PartitionOptions options;
   bool keep_inplace_cuts = false;
-  app.add_option("input", path, "IR text file, saved TorchScript file, or - for IR on stdin")
+  app.add_option("file", path, "IR text file, saved TorchScript file, or - for IR on stdin")
       ->required();
   app.add_option("--pass", pass, "inline | partition | rewrite")
       ->check(CLI::IsMember({"inline", "partition", "rewrite"}));
