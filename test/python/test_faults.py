@@ -83,9 +83,11 @@ class Deterministic(nn.Module):
 
 
 def test_two_threads_at_different_shapes_stay_exact():
+    # No limit: a re-plan profiles while the other thread allocates, and the counting allocator
+    # counts both, so a limit near the smallest could be found infeasible by chance.
     torch.manual_seed(0)
     reference = torch.jit.script(Deterministic())
-    rewritten = jitckpt.checkpoint(copy_of(reference), (torch.randn(4, 3, 16, 16),), memory_limit=0.85,
+    rewritten = jitckpt.checkpoint(copy_of(reference), (torch.randn(4, 3, 16, 16),), memory_limit=None,
                                    profile_repeats=1)
     batches = {4: torch.randn(4, 3, 16, 16), 6: torch.randn(6, 3, 20, 20), 2: torch.randn(2, 3, 12, 12)}
 
