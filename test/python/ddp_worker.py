@@ -20,7 +20,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
 
 import jitckpt  # noqa: E402
 import families  # noqa: E402
-from test_autograd_contracts import SMALLEST, tied_family  # noqa: E402
+from smallest_limit import at_smallest_limit  # noqa: E402
+from test_autograd_contracts import tied_family  # noqa: E402
 
 # (family, DDP options): TiedBlocks shares one projection between all its stages and ties its
 # embedding to its output layer; with an unused parameter only where DDP is told to expect one.
@@ -37,15 +38,7 @@ STEPS = 2
 
 def rewrite(family: families.Family) -> torch.jit.ScriptModule:
     profiled = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=None, profile_repeats=1)
-    try:
-        return jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=jitckpt.plan(profiled)["curve"][0][0],
-                                  reuse_profile_of=profiled)
-    except RuntimeError as error:
-        named = SMALLEST.search(str(error))
-        if named is None:
-            raise
-        return jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=int(named.group(1)),
-                                  reuse_profile_of=profiled)
+    return at_smallest_limit(family.make, family.inputs, profiled)
 
 
 def train(module: torch.jit.ScriptModule, family: families.Family, rank: int, options: dict):

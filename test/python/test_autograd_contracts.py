@@ -7,7 +7,6 @@ checked bit for bit against the unmodified model (run with optimized_execution(F
 smallest limit that works, on several model families and on a model whose parameters are tied
 across stages."""
 import os
-import re
 import sys
 import warnings
 from typing import Callable, List
@@ -21,8 +20,7 @@ import jitckpt
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 
 import families  # noqa: E402
-
-SMALLEST = re.compile(r"smallest limit that works is [^(]*\((\d+) bytes\)")
+from smallest_limit import at_smallest_limit  # noqa: E402
 
 
 class TiedBlocks(nn.Module):
@@ -75,19 +73,7 @@ def family(request) -> families.Family:
 def rewritten_factory(family):
     """Makes fresh rewrites of make(0) at the smallest limit that works (one profile for all)."""
     profiled = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=None, profile_repeats=1)
-    limit = jitckpt.plan(profiled)["curve"][0][0]
-
-    def make() -> torch.jit.ScriptModule:
-        try:
-            return jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=limit,
-                                      reuse_profile_of=profiled)
-        except RuntimeError as error:
-            named = SMALLEST.search(str(error))
-            if named is None:
-                raise
-            return jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=int(named.group(1)),
-                                      reuse_profile_of=profiled)
-    return make
+    return lambda: at_smallest_limit(family.make, family.inputs, profiled)
 
 
 def float_inputs(family: families.Family) -> List[Tensor]:

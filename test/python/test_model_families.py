@@ -3,7 +3,6 @@ masks, multi-input, U-Net, DenseNet, LSTM/GRU and dict-output models. Each gets 
 stage per block, trains bit for bit like the unmodified model at the smallest limit that works,
 and keeps its measured peak within that limit."""
 import os
-import re
 import subprocess
 import sys
 from typing import Dict, List, Optional, Tuple
@@ -16,10 +15,10 @@ import jitckpt
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 
 import families  # noqa: E402
+from smallest_limit import at_smallest_limit  # noqa: E402
 
 NAMES = list(families.FAMILIES)
 STEPS = 3
-SMALLEST = re.compile(r"smallest limit that works is [^(]*\((\d+) bytes\)")
 
 Record = Tuple[List[torch.Tensor], Dict[str, Optional[torch.Tensor]], Dict[str, torch.Tensor]]
 
@@ -37,19 +36,8 @@ def profiled(family) -> torch.jit.ScriptModule:
 
 @pytest.fixture(scope="module")
 def at_smallest(family, profiled) -> torch.jit.ScriptModule:
-    """A fresh make(0) rewritten at the smallest limit that works: the first point of the optimal
-    solver's time-memory curve, or, where checkpoint finds that limit a little too small (seen on
-    the U-Net: the curve and the solve at a limit discretize memory differently), the smallest
-    limit its error names."""
-    limit = jitckpt.plan(profiled)["curve"][0][0]
-    try:
-        return jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=limit, reuse_profile_of=profiled)
-    except RuntimeError as error:
-        named = SMALLEST.search(str(error))
-        if named is None:
-            raise
-    return jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=int(named.group(1)),
-                              reuse_profile_of=profiled)
+    """A fresh make(0) rewritten at the smallest limit that works (smallest_limit.py)."""
+    return at_smallest_limit(family.make, family.inputs, profiled)
 
 
 @pytest.fixture(scope="module")
