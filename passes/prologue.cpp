@@ -3,7 +3,7 @@
 
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
-#include <torch/torch.h>
+#include <torch/script.h>
 
 #include <unordered_map>
 

@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
-#include <torch/torch.h>
 
 #include <cstdio>
 #include <string>

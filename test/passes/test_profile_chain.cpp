@@ -4,7 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/api/module.h>
-#include <torch/torch.h>
+#include <torch/script.h>
 
 #include "passes/partition_module.h"
 #include "passes/profile.h"

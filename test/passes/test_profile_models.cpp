@@ -3,7 +3,6 @@
 // peak must be the simulator's from the same costs; memory values repeat exactly; buffers stay.
 #include <gtest/gtest.h>
 #include <torch/script.h>
-#include <torch/torch.h>
 
 #include <string>
 

@@ -2,7 +2,7 @@
 // previous allocator; memory allocated before installation is freed by its own allocator.
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/script.h>
 
 #include "runtime/probes/counting_allocator.h"
 #include "runtime/probes/memory_probe.h"

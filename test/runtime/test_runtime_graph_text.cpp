@@ -1,7 +1,7 @@
 // Stage graphs as IR text (runtime/graph_text.h): every kind of constant comes back exactly.
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
-#include <torch/torch.h>
+#include <torch/script.h>
 
 #include <cstring>
 #include <limits>

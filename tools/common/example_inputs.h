@@ -4,7 +4,7 @@
 // are random unless FILL is given. Throws std::invalid_argument saying what is accepted.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/script.h>
 
 #include <map>
 #include <sstream>
