@@ -13,6 +13,8 @@ function(jitckpt_include_root target folder)
   if(type STREQUAL "INTERFACE_LIBRARY")
     target_include_directories(${target} INTERFACE $<BUILD_INTERFACE:${root}>)
   else()
-    target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${root}>)
+    # Installed, the headers a public header needs live in include/jitckpt/detail/<folder>/.
+    target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${root}>
+                                                $<INSTALL_INTERFACE:include/jitckpt/detail>)
   endif()
 endfunction()

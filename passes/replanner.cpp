@@ -1,5 +1,6 @@
 // The Replanner that libjitckpt installs in the runtime when it loads: profiles a plan's stages on
 // the new arguments and solves them at the plan's limit and strategy (see runtime/replan.h).
+#include "jitckpt/jitckpt.h"  // linkedLibrary
 #include "passes/profile.h"
 #include "passes/solve.h"
 #include "runtime/replan.h"
@@ -38,4 +39,7 @@ const bool installed = [] {
 }();
 
 }  // namespace
+
+bool linkedLibrary() { return installed; }
+
 }  // namespace jitckpt
