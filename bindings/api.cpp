@@ -4,6 +4,8 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
+#include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "bindings/python_warnings.h"
@@ -11,7 +13,9 @@
 #include "runtime/plan.h"
 #include "runtime/probes/counting_allocator.h"
 #include "runtime/replan.h"
+#include "solver/baselines.h"
 #include "solver/memory_limit.h"
+#include "solver/simulator.h"
 
 namespace py = pybind11;
 
@@ -42,7 +46,7 @@ auto parseOption(Parse parse) {
 
 jitckpt::CheckpointOptions makeOptions(const std::string& strategy, int slots, int max_stages,
                                        int segments, int profile_repeats, py::object progress,
-                                       const std::string& costs_json) {
+                                       py::object profile_progress, const std::string& costs_json) {
   jitckpt::CheckpointOptions options;
   options.slots = slots;
   options.strategy = parseOption([&] { return jitckpt::solver::parseStrategy(strategy); });
@@ -55,8 +59,32 @@ jitckpt::CheckpointOptions makeOptions(const std::string& strategy, int slots, i
       progress(line);
     };
   }
+  if (!profile_progress.is_none()) {
+    options.profile_progress = [profile_progress](int stage, int stages) {
+      py::gil_scoped_acquire gil;
+      profile_progress(stage, stages);
+    };
+  }
   if (!costs_json.empty()) options.costs = jitckpt::solver::costsFromJson(costs_json);
   return options;
+}
+
+// What the baselines would cost on the plan's chain, as the simulator predicts them: no
+// checkpointing, and checkpoint_sequential with 2 to 2*sqrt(L) segments (jitckpt.plot marks them).
+py::list baselinePoints(const jitckpt::solver::Costs& costs) {
+  namespace solver = jitckpt::solver;
+  py::list points;
+  const int stages = costs.length() - 1;  // periodic schedules leave the terminal stage alone
+  auto add = [&](const std::string& name, const solver::Schedule& schedule) {
+    const auto result = solver::simulate(costs, schedule);
+    points.append(py::make_tuple(name, result.peak, result.time));
+  };
+  add("no checkpointing", solver::noCheckpointSchedule(costs));
+  const int most = std::min(stages, static_cast<int>(std::ceil(2 * std::sqrt(stages))));
+  for (int k = 2; k <= most; ++k)
+    add("checkpoint_sequential, " + std::to_string(k) + " segments",
+        solver::periodicSchedule(costs, k, stages));
+  return points;
 }
 
 py::dict planInfo(const torch::jit::Module& module) {
@@ -74,6 +102,7 @@ py::dict planInfo(const torch::jit::Module& module) {
   py::list curve;
   for (const auto& p : s.curve) curve.append(py::make_tuple(p.limit, p.time));
   info["curve"] = curve;
+  info["baselines"] = baselinePoints(s.costs);
   py::list labels;
   for (const auto& stage : plan->stages().stages()) labels.append(stage.label);
   info["labels"] = labels;
@@ -114,10 +143,12 @@ void defineCheckpointApi(py::module_& m) {
       "checkpoint",
       [](const torch::jit::Module& module, const py::sequence& example_inputs,
          const std::string& memory_limit, const std::string& strategy, int slots, int max_stages,
-         int segments, int profile_repeats, py::object progress, const std::string& costs_json) {
+         int segments, int profile_repeats, py::object progress, py::object profile_progress,
+         const std::string& costs_json) {
         jitckpt::PythonWarnings warnings;
-        const auto options = makeOptions(strategy, slots, max_stages, segments, profile_repeats,
-                                         std::move(progress), costs_json);
+        const auto options =
+            makeOptions(strategy, slots, max_stages, segments, profile_repeats, std::move(progress),
+                        std::move(profile_progress), costs_json);
         const auto inputs = toIValues(example_inputs);
         const auto limit =
             parseOption([&] { return jitckpt::solver::MemoryLimit::parse(memory_limit); });
@@ -126,7 +157,7 @@ void defineCheckpointApi(py::module_& m) {
       },
       py::arg("module"), py::arg("example_inputs"), py::arg("memory_limit"), py::arg("strategy"),
       py::arg("slots"), py::arg("max_stages"), py::arg("segments"), py::arg("profile_repeats"),
-      py::arg("progress"), py::arg("costs_json") = "");
+      py::arg("progress"), py::arg("profile_progress") = py::none(), py::arg("costs_json") = "");
   m.def("costs_json", [](const torch::jit::Module& module) {
     return jitckpt::solver::costsToJson(requirePlan(module)->solution().costs);
   });

@@ -24,7 +24,9 @@ solver::Costs measuredCosts(std::shared_ptr<const ChainStages> stages,
   }
   ProfileOptions profile_options;
   profile_options.repeats = options.profile_repeats;
-  if (options.progress) {
+  if (options.profile_progress) {
+    profile_options.progress = options.profile_progress;
+  } else if (options.progress) {
     profile_options.progress = [&](int stage, int total) {
       if (stage == total || stage % 10 == 0)
         report("profiled stage " + std::to_string(stage) + "/" + std::to_string(total));

@@ -27,6 +27,9 @@ struct CheckpointOptions {
   int max_stages = 0;       // partition: 0 for no limit
   int profile_repeats = 5;  // timing: median of this many runs after a warm-up
   std::function<void(const std::string&)> progress;  // progress lines; null prints to stderr
+  // Called after each profiled stage with (stage, stages): progress bars. Given, it replaces the
+  // "profiled stage" lines.
+  std::function<void(int, int)> profile_progress;
   // Costs from an earlier profile of the same model and input shapes (Plan::solution().costs):
   // skips profiling, so that trying several limits or strategies costs one profile.
   std::optional<solver::Costs> costs;

@@ -6,7 +6,8 @@ packages=(
   libtorch-dev python3-torch python3-torchvision python3-dev pybind11-dev
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   llvm-14-tools python3-pytest python3-numpy python3-matplotlib
-  libopenblas0-pthread
+  libopenblas0-pthread python3-tqdm
+  python3-venv python3-pip python3-setuptools python3-wheel debootstrap
 )
 missing=()
 for p in "${packages[@]}"; do

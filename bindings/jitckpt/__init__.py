@@ -11,5 +11,7 @@ import torch  # noqa: F401  (loads libtorch and torch's Python bindings before _
 
 from . import _C  # noqa: E402
 from .api import checkpoint, cpu_memory, dump, is_rewritten, partition, plan  # noqa: E402
+from .plotting import plot  # noqa: E402
 
-__all__ = ["checkpoint", "dump", "plan", "partition", "is_rewritten", "cpu_memory", "_C"]
+__version__ = "0.1.0"
+__all__ = ["checkpoint", "dump", "plan", "plot", "partition", "is_rewritten", "cpu_memory", "_C"]

@@ -47,6 +47,31 @@ def _limit_text(memory_limit: MemoryLimit) -> str:
     raise TypeError(f"memory_limit must be an int, a float or a string, not {type(memory_limit).__name__}")
 
 
+class _ProfileProgress:
+    """Profiling progress on stderr: a tqdm bar where tqdm is installed, else one updating line.
+    Shown on a terminal or with verbose=True; silent otherwise."""
+
+    def __init__(self, verbose: bool) -> None:
+        self.shown = verbose or sys.stderr.isatty()
+        self.bar: Any = None
+
+    def __call__(self, stage: int, stages: int) -> None:
+        if self.bar is None:
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=stages, desc="jitckpt: profiling stages", unit="stage", file=sys.stderr)
+            except ImportError:
+                self.bar = False
+        if self.bar:
+            self.bar.update(stage - self.bar.n)
+            if stage == stages:
+                self.bar.close()
+        else:
+            end = "\n" if stage == stages else ""
+            print(f"\rjitckpt: profiled stage {stage}/{stages}", end=end, file=sys.stderr, flush=True)
+
+
 def checkpoint(
     module: Any,
     example_inputs: Sequence[Any],
@@ -58,6 +83,7 @@ def checkpoint(
     segments: int = 0,
     profile_repeats: int = 5,
     verbose: bool = False,
+    progress: Optional[Any] = None,
     reuse_profile_of: Optional[torch.jit.ScriptModule] = None,
 ) -> torch.jit.ScriptModule:
     """Returns `module` with its forward rewritten to train within `memory_limit` of activations.
@@ -65,18 +91,25 @@ def checkpoint(
     memory_limit: bytes (int), a string ("512MiB", "2GiB", "50%"), a fraction (float) of the
     unconstrained activation peak, or None for no limit. strategy: "optimal" (default),
     "periodic", "revolve" or "none", for comparisons. The result shares parameters and buffers
-    with `module`; the module itself is left as it was. reuse_profile_of: a module rewritten from
-    the same model and input shapes, whose measured stage costs are reused instead of profiling.
+    with `module`; the module itself is left as it was. Profiling shows a progress bar on a
+    terminal (tqdm where installed) or with verbose=True (which also prints what each step did);
+    progress: a callable(stage, stages) called instead after each profiled stage.
+    reuse_profile_of: a module rewritten from the same model and input shapes, whose measured
+    stage costs are reused instead of profiling.
     """
     scripted = _script(module)
     if _C.is_rewritten(scripted._c):
         raise ValueError("this module was already rewritten by jitckpt; call checkpoint on the original module")
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
-    progress = (lambda line: print(f"jitckpt: {line}", file=sys.stderr)) if verbose else (lambda line: None)
+    report = (lambda line: print(f"jitckpt: {line}", file=sys.stderr)) if verbose else (lambda line: None)
+    if progress is None:
+        bar = _ProfileProgress(verbose)
+        progress = bar if bar.shown else None
     rewritten = _C.checkpoint(
         scripted._c, list(example_inputs), _limit_text(memory_limit), strategy, slots, max_stages, segments,
-        profile_repeats, progress, _C.costs_json(reuse_profile_of._c) if reuse_profile_of is not None else "",
+        profile_repeats, report, progress,
+        _C.costs_json(reuse_profile_of._c) if reuse_profile_of is not None else "",
     )
     return torch.jit._recursive.wrap_cpp_module(rewritten)
 
