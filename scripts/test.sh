@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # Installs what is missing, checks the formatting, builds, and runs every test: GoogleTest,
-# lit/FileCheck and pytest through ctest, plus the torch-free solver under AddressSanitizer and
-# UBSan.
+# lit/FileCheck, pytest and the two installations (cmake --install, pip install) through ctest,
+# plus the torch-free solver under AddressSanitizer and UBSan; then all of it again against
+# PyTorch 2.x (scripts/test-torch2.sh; JITCKPT_SKIP_TORCH2=1 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 jobs=$(nproc)
+
+# The PyTorch 2.x root downloads and installs (mostly waiting on the network) while this builds.
+torch2_log=$(mktemp)
+if [ "${JITCKPT_SKIP_TORCH2:-0}" != 1 ]; then
+  ./scripts/test-torch2.sh --prepare >"$torch2_log" 2>&1 &
+  torch2_prepare=$!
+fi
 
 # Every C++ file formatted with the project's .clang-format.
 ./scripts/format.sh --check
@@ -20,3 +28,10 @@ ctest --test-dir build-sanitize --output-on-failure -j"$jobs"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
+
+# The same suite against PyTorch 2.6 (Debian trixie's, in a root of its own).
+if [ "${JITCKPT_SKIP_TORCH2:-0}" != 1 ]; then
+  wait "$torch2_prepare" || { cat "$torch2_log"; echo "test.sh: preparing the PyTorch 2.x root failed"; exit 1; }
+  cat "$torch2_log"
+  ./scripts/test-torch2.sh
+fi

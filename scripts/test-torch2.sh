@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Builds jitckpt against PyTorch 2.x and runs every test there: Debian trixie's libtorch 2.6 (CPU)
+# in a trixie root made with debootstrap from Debian's registry. The root and its build folder are
+# kept between runs (JITCKPT_TORCH2_ROOT, default /var/tmp/jitckpt-trixie): the first run takes a
+# few minutes more to create it; later runs rebuild only what changed. Needs root (chroot).
+# `test-torch2.sh --prepare` only creates the root and installs its packages (test.sh runs that
+# in the background while the first suite builds).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=${JITCKPT_TORCH2_ROOT:-/var/tmp/jitckpt-trixie}
+jobs=$(nproc)
+packages=(
+  cmake ninja-build g++ git libtorch-dev python3-torch python3-torchvision python3-dev pybind11-dev
+  nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev llvm-19-tools python3-pytest
+  python3-numpy python3-matplotlib python3-tqdm python3-venv python3-pip python3-setuptools
+  python3-wheel libopenblas0-pthread
+)
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+
+if [ ! -x "$root/usr/bin/apt-get" ]; then
+  echo "test-torch2: creating a Debian trixie root in $root (debootstrap)"
+  $SUDO rm -rf "$root"
+  $SUDO debootstrap --variant=minbase trixie "$root" http://deb.debian.org/debian >/dev/null
+fi
+
+# /proc, /dev and /dev/shm for the tests (DDP's worker processes share memory), name resolution
+# for apt; unmounted when this script ends.
+mounted=()
+cleanup() { for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do $SUDO umount "${mounted[i]}" || true; done; }
+trap cleanup EXIT
+mount_into() {  # mount_into SOURCE TARGET [OPTIONS...]
+  local target=$root$2
+  mountpoint -q "$target" && return
+  $SUDO mkdir -p "$target"
+  $SUDO mount "${@:3}" "$1" "$target"
+  mounted+=("$target")
+}
+mount_into proc /proc -t proc
+mount_into /dev /dev --bind
+mount_into shm /dev/shm -t tmpfs
+$SUDO cp /etc/resolv.conf "$root/etc/resolv.conf"
+
+if [ ! -e "$root/.jitckpt-packages" ] || [ "$(cat "$root/.jitckpt-packages")" != "${packages[*]}" ]; then
+  echo "test-torch2: installing libtorch 2.x and the test dependencies in $root"
+  $SUDO chroot "$root" /usr/bin/env DEBIAN_FRONTEND=noninteractive bash -c \
+    "apt-get update -qq && apt-get install -y -qq --no-install-recommends ${packages[*]} >/dev/null"
+  echo "${packages[*]}" | $SUDO tee "$root/.jitckpt-packages" >/dev/null
+fi
+[ "${1:-}" = "--prepare" ] && exit 0
+
+# This checkout's files (tracked, and new ones git does not ignore) replace the root's copy; the
+# build folder beside it is kept.
+$SUDO rm -rf "$root/src" && $SUDO mkdir -p "$root/src"
+git ls-files -z --cached --others --exclude-standard |
+  while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
+  tar --null -T - -cf - | $SUDO tar -xf - -C "$root/src"
+
+echo "test-torch2: building and testing against $($SUDO chroot "$root" python3 -c 'import torch; print("PyTorch", torch.__version__)')"
+$SUDO chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root bash -c "
+  set -e
+  cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DJITCKPT_BUILD_BENCH=OFF >/dev/null
+  cmake --build /build -j$jobs
+  ctest --test-dir /build --output-on-failure -j$jobs"
