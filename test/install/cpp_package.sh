@@ -19,8 +19,11 @@ cmake -S "$source/examples" -B "$scratch/build" -G Ninja -DCMAKE_BUILD_TYPE=Rele
 cmake --build "$scratch/build" -j2 >/dev/null
 
 # The programs use the installed libraries, not the build tree's.
-ldd "$scratch/build/jitckpt-train-saved" | grep -q "$prefix/lib/libjitckpt.so" ||
-  { echo "FAIL: jitckpt-train-saved does not load $prefix/lib/libjitckpt.so"; ldd "$scratch/build/jitckpt-train-saved"; exit 1; }
+# (ldd's whole output first: grep -q stops reading at the first match, and under pipefail the
+# writer's SIGPIPE would fail the check.)
+libs=$(ldd "$scratch/build/jitckpt-train-saved")
+grep -q "$prefix/lib/libjitckpt.so" <<<"$libs" ||
+  { echo "FAIL: jitckpt-train-saved does not load $prefix/lib/libjitckpt.so"; echo "$libs"; exit 1; }
 
 cd "$scratch"
 "$scratch/build/jitckpt-train-example" "$model" 2,3,32,32 0.75 2 | tee train.log

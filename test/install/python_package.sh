@@ -54,5 +54,5 @@ PYTHONPATH= "$venv/bin/python" train_check.py "$venv"
 "$venv/bin/jitckpt" optimize "$model" --input 2,3,32,32 --memory-limit 0.75 -o rewritten.pt
 "$venv/bin/python" -m jitckpt inspect rewritten.pt --plot curve.png | tee inspect.log
 grep -q "plotted" inspect.log || { echo "FAIL: inspect --plot did not plot"; exit 1; }
-head -c 8 curve.png | od -c | grep -q "P   N   G" || { echo "FAIL: curve.png is not a PNG"; exit 1; }
+grep -q "P   N   G" <<<"$(head -c 8 curve.png | od -c)" || { echo "FAIL: curve.png is not a PNG"; exit 1; }
 echo "PASS"
