@@ -1,12 +1,19 @@
 // Inline pass: takes a graph; inlines every prim::CallMethod and prim::CallFunction, nested ones
-// included (torch::jit::Inline goes one level deep when graph executor optimization is off), so
-// that the partition sees the whole forward as one graph.
+// included, from each callee's own graph, then simplifies the result as the graph executor's
+// pre-optimization does (peephole without shape rules, constant propagation of immutable types,
+// constant pooling), so that the partition sees the whole forward as one graph. The callees' own
+// graphs, not torch::jit::Inline's cached optimized graphs: those are pre-optimized or not
+// depending on whether executor optimization was on when each callee first ran, so the partition of
+// one model would depend on what the process ran before (a model first run under
+// torch.jit.optimized_execution(False) lost the cuts between its transformer layers).
 #pragma once
 
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <memory>
+
 namespace jitckpt {
 
-void inlineAllCalls(torch::jit::Graph& graph);
+void inlineAllCalls(const std::shared_ptr<torch::jit::Graph>& graph);
 
 }  // namespace jitckpt

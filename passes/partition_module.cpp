@@ -104,7 +104,7 @@ Partition partitionModule(const torch::jit::Module& module, const PartitionOptio
   auto method = module.find_method("forward");
   TORCH_CHECK(method, "partition: the module has no forward method");
   auto graph = method->graph()->copy();
-  inlineAllCalls(*graph);
+  inlineAllCalls(graph);
   bindTensorListAttributes(module, *graph);
   const ValueBytes bytes =
       example_inputs.empty() ? ValueBytes{} : measureValueBytes(module, *graph, example_inputs);
@@ -122,7 +122,7 @@ PartitionedClone partitionClone(const torch::jit::Module& module, const Partitio
   // Like torch.jit.freeze: edit the clone's own forward graph in place (inlined, then taken over
   // by the partition), so that rewriteChain's edits are the clone's forward.
   auto graph = clone.get_method("forward").graph();
-  inlineAllCalls(*graph);
+  inlineAllCalls(graph);
   bindTensorListAttributes(clone, *graph);
   const ValueBytes bytes =
       example_inputs.empty() ? ValueBytes{} : measureValueBytes(clone, *graph, example_inputs);

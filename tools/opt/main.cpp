@@ -74,7 +74,7 @@ Input readInput(const std::string& path) {
 }
 
 void runInline(Input& input, const jitckpt::PartitionOptions&) {
-  jitckpt::inlineAllCalls(*input.graph);
+  jitckpt::inlineAllCalls(input.graph);
   std::cout << input.graph->toString(false);
 }
 
@@ -86,7 +86,7 @@ void runPartition(Input& input, const jitckpt::PartitionOptions& options) {
   }
   if (!input.example_inputs.empty())
     throw std::runtime_error("--input-shape needs a saved module (.pt)");
-  jitckpt::inlineAllCalls(*input.graph);
+  jitckpt::inlineAllCalls(input.graph);
   jitckpt::printPartition(std::cout, jitckpt::partitionGraph(input.graph, options));
 }
 
