@@ -10,7 +10,9 @@
 
 #include "bindings/python_warnings.h"
 #include "passes/checkpoint.h"
+#include "passes/strip.h"
 #include "runtime/plan.h"
+#include "runtime/probes/available_memory.h"
 #include "runtime/probes/counting_allocator.h"
 #include "runtime/replan.h"
 #include "solver/baselines.h"
@@ -28,9 +30,10 @@ c10::intrusive_ptr<jitckpt::Plan> requirePlan(const torch::jit::Module& module) 
   return plan;
 }
 
-std::vector<c10::IValue> toIValues(const py::sequence& inputs) {
+std::vector<c10::IValue> toIValues(const py::object& inputs) {
   std::vector<c10::IValue> values;
-  for (const auto& item : inputs) values.push_back(torch::jit::toTypeInferredIValue(item));
+  for (const auto& item : py::cast<py::sequence>(inputs))
+    values.push_back(torch::jit::toTypeInferredIValue(item));
   return values;
 }
 
@@ -87,25 +90,42 @@ py::list baselinePoints(const jitckpt::solver::Costs& costs) {
   return points;
 }
 
-py::dict planInfo(const torch::jit::Module& module) {
-  auto plan = requirePlan(module);
-  const jitckpt::Solution& s = plan->solution();
+py::list variantsInfo(const jitckpt::Plan& plan) {
+  py::list variants;
+  for (const auto& variant : plan.variants().all()) {
+    const jitckpt::Solution& v = variant->solution();
+    py::dict entry;
+    entry["input_shapes"] = v.input_key.shapes;
+    entry["input_types"] = v.input_key.types;
+    entry["memory_limit"] = v.memory_limit;
+    entry["predicted_peak"] = v.predicted_peak;
+    entry["unconstrained_peak"] = v.unconstrained_peak;
+    entry["schedule"] = jitckpt::solver::toString(v.schedule);
+    variants.append(entry);
+  }
+  return variants;
+}
+
+py::dict solutionInfo(const jitckpt::Plan& plan) {
+  const jitckpt::Solution& s = plan.solution();
   py::dict info;
   info["strategy"] = jitckpt::solver::toString(s.strategy);
-  info["num_stages"] = plan->numStages();
+  info["num_stages"] = plan.numStages();
+  py::list labels;
+  for (const auto& stage : plan.stages().stages()) labels.append(stage.label);
+  info["labels"] = labels;
+  info["requested_limit"] = s.requested_limit.toString();
+  info["slots"] = s.slots;
+  if (s.deferred) return info;
   info["memory_limit"] = s.memory_limit;
   info["predicted_peak"] = s.predicted_peak;
   info["predicted_time_ms"] = s.predicted_time;
   info["unconstrained_peak"] = s.unconstrained_peak;
-  info["slots"] = s.slots;
   info["schedule"] = jitckpt::solver::toString(s.schedule);
   py::list curve;
   for (const auto& p : s.curve) curve.append(py::make_tuple(p.limit, p.time));
   info["curve"] = curve;
   info["baselines"] = baselinePoints(s.costs);
-  py::list labels;
-  for (const auto& stage : plan->stages().stages()) labels.append(stage.label);
-  info["labels"] = labels;
   py::dict costs;
   costs["uf"] = s.costs.uf;
   costs["ub"] = s.costs.ub;
@@ -117,21 +137,24 @@ py::dict planInfo(const torch::jit::Module& module) {
   info["costs"] = costs;
   info["input_shapes"] = s.input_key.shapes;
   info["input_types"] = s.input_key.types;
-  info["requested_limit"] = s.requested_limit.toString();
-  // The plans made since for other inputs (this process only; never saved).
-  py::list variants;
-  for (const auto& variant : plan->variants().all()) {
-    const jitckpt::Solution& v = variant->solution();
-    py::dict entry;
-    entry["input_shapes"] = v.input_key.shapes;
-    entry["input_types"] = v.input_key.types;
-    entry["memory_limit"] = v.memory_limit;
-    entry["predicted_peak"] = v.predicted_peak;
-    entry["unconstrained_peak"] = v.unconstrained_peak;
-    entry["schedule"] = jitckpt::solver::toString(v.schedule);
-    variants.append(entry);
+  return info;
+}
+
+// A planned module: its plan. A deferred one: before its first training call, what was asked
+// (deferred: True, no schedule); after it, the plan made for the latest inputs, with deferred:
+// True.
+py::dict planInfo(const torch::jit::Module& module) {
+  auto plan = requirePlan(module);
+  py::dict info;
+  if (plan->deferred()) {
+    auto made = plan->variants().latest();
+    info = solutionInfo(made ? *made : *plan);
+  } else {
+    info = solutionInfo(*plan);
   }
-  info["variants"] = variants;
+  info["deferred"] = plan->deferred();
+  // The plans made since for other inputs (this process only; never saved).
+  info["variants"] = variantsInfo(*plan);
   info["text"] = plan->str();
   return info;
 }
@@ -141,23 +164,44 @@ py::dict planInfo(const torch::jit::Module& module) {
 void defineCheckpointApi(py::module_& m) {
   m.def(
       "checkpoint",
-      [](const torch::jit::Module& module, const py::sequence& example_inputs,
+      [](const torch::jit::Module& module, const py::object& example_inputs,
          const std::string& memory_limit, const std::string& strategy, int slots, int max_stages,
          int segments, int profile_repeats, py::object progress, py::object profile_progress,
-         const std::string& costs_json) {
+         const std::string& costs_json, bool verbose) {
         jitckpt::PythonWarnings warnings;
-        const auto options =
-            makeOptions(strategy, slots, max_stages, segments, profile_repeats, std::move(progress),
-                        std::move(profile_progress), costs_json);
-        const auto inputs = toIValues(example_inputs);
+        auto options = makeOptions(strategy, slots, max_stages, segments, profile_repeats,
+                                   std::move(progress), std::move(profile_progress), costs_json);
+        options.verbose = verbose;
         const auto limit =
             parseOption([&] { return jitckpt::solver::MemoryLimit::parse(memory_limit); });
+        if (example_inputs.is_none()) {  // rewrite now, plan at the first training call
+          py::gil_scoped_release no_gil;
+          return jitckpt::checkpoint(module, limit, options);
+        }
+        const auto inputs = toIValues(example_inputs);
         py::gil_scoped_release no_gil;  // the autograd engine refuses to run while it is held
         return jitckpt::checkpoint(module, inputs, limit, options);
       },
       py::arg("module"), py::arg("example_inputs"), py::arg("memory_limit"), py::arg("strategy"),
       py::arg("slots"), py::arg("max_stages"), py::arg("segments"), py::arg("profile_repeats"),
-      py::arg("progress"), py::arg("profile_progress") = py::none(), py::arg("costs_json") = "");
+      py::arg("progress"), py::arg("profile_progress") = py::none(), py::arg("costs_json") = "",
+      py::arg("verbose") = false);
+  m.def(
+      "_jit_pass_jitckpt_checkpoint",
+      [](const torch::jit::Module& module, const std::string& memory_limit,
+         const std::string& strategy) {
+        jitckpt::PythonWarnings warnings;
+        jitckpt::CheckpointOptions options;
+        options.strategy = parseOption([&] { return jitckpt::solver::parseStrategy(strategy); });
+        options.progress = [](const std::string&) {};
+        const auto limit =
+            parseOption([&] { return jitckpt::solver::MemoryLimit::parse(memory_limit); });
+        return jitckpt::checkpoint(module, limit, options);
+      },
+      py::arg("module"), py::arg("memory_limit") = "0.5", py::arg("strategy") = "optimal",
+      "Like torch._C._freeze_module: takes a torch._C.ScriptModule, returns a new one whose "
+      "forward calls jitckpt::chain, planned at its first training call.");
+  m.def("strip", [](const torch::jit::Module& module) { return jitckpt::strip(module); });
   m.def("costs_json", [](const torch::jit::Module& module) {
     return jitckpt::solver::costsToJson(requirePlan(module)->solution().costs);
   });
@@ -186,6 +230,8 @@ void defineCheckpointApi(py::module_& m) {
   m.def("cpu_allocations",
         [] { return jitckpt::probes::CountingAllocator::instance().allocations(); });
   // Tests only: the n-th CPU allocation from now fails (needs start_cpu_memory_counting).
+  // Tests only: the available memory that memory_limit "auto" sees (-1: measure it again).
+  m.def("set_available_memory_for_testing", &jitckpt::probes::setAvailableMemoryForTesting);
   m.def("fail_cpu_allocation",
         [](int64_t n) { jitckpt::probes::CountingAllocator::instance().failAllocation(n); });
 }

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "bindings/python_warnings.h"
+#include "passes/inline_calls.h"
 #include "passes/partition.h"
 #include "passes/partition_module.h"
 #include "passes/partition_run.h"
@@ -75,11 +76,43 @@ py::dict describe(const jitckpt::Partition& partition) {
   return d;
 }
 
+// The graph-level steps in the form of torch._C._jit_pass_*: they take a torch._C.Graph and edit it
+// in place, so they compose with PyTorch's own passes. jitckpt.partition(module) is
+// _jit_pass_jitckpt_inline_calls, _jit_pass_jitckpt_bind_tensor_lists, then
+// _jit_pass_jitckpt_partition, on a copy of module.forward.graph.
+void defineGraphPasses(py::module_& m) {
+  using GraphPtr = std::shared_ptr<torch::jit::Graph>;
+  m.def(
+      "_jit_pass_jitckpt_inline_calls",
+      [](const GraphPtr& graph) { jitckpt::inlineAllCalls(graph); }, py::arg("graph"),
+      "Inlines every method and function call, nested ones included.");
+  m.def(
+      "_jit_pass_jitckpt_bind_tensor_lists",
+      [](const py::object& module, const GraphPtr& graph) {
+        jitckpt::bindTensorListAttributes(toModule(module), *graph);
+      },
+      py::arg("module"), py::arg("graph"),
+      "Rebuilds reads of Tensor[] attributes made of the owner's parameters (an RNN's "
+      "_flat_weights) from reads of those parameters, in `module`'s inlined forward graph.");
+  m.def(
+      "_jit_pass_jitckpt_partition",
+      [](const GraphPtr& graph, int max_stages, bool move_cuts_off_inplace_writes) {
+        jitckpt::PythonWarnings warnings;
+        auto partition =
+            jitckpt::partitionGraph(graph, makeOptions(max_stages, move_cuts_off_inplace_writes));
+        return describe(partition);
+      },
+      py::arg("graph"), py::arg("max_stages") = 0, py::arg("move_cuts_off_inplace_writes") = true,
+      "Partitions an inlined forward graph in place (hoists what the chain reads before it) and "
+      "returns the stages as jitckpt._C.partition does, cuts chosen by tensor count.");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "jitckpt C++ bindings";
   defineCheckpointApi(m);
+  defineGraphPasses(m);
   m.def(
       "partition",
       [](const py::object& module, const py::sequence& example_inputs, int max_stages,

@@ -2,6 +2,7 @@
 #include "passes/checkpoint.h"
 
 #include <iostream>
+#include <set>
 
 #include "passes/partition_module.h"
 #include "passes/profile.h"
@@ -35,6 +36,20 @@ solver::Costs measuredCosts(std::shared_ptr<const ChainStages> stages,
   return profileStages(std::move(stages), arguments, profile_options).costs;
 }
 
+// Gradient bytes of the parameters that require grad and that the chain does not read.
+int64_t outsideGradientBytes(const torch::jit::Module& module, const Partition& partition) {
+  std::set<std::string> in_chain;
+  for (const LiftedInput& l : partition.lifted) {
+    if (l.kind == LiftedKind::Parameter) in_chain.insert(l.name);
+  }
+  int64_t bytes = 0;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+    if (p.value.requires_grad() && !in_chain.count(p.name))
+      bytes += static_cast<int64_t>(p.value.numel() * p.value.element_size());
+  }
+  return bytes;
+}
+
 }  // namespace
 
 torch::jit::Module checkpoint(const torch::jit::Module& module,
@@ -55,14 +70,35 @@ torch::jit::Module checkpoint(const torch::jit::Module& module,
   const ChainArguments arguments =
       prologueArguments(cloned.module, cloned.partition, example_inputs);
   auto stages = chainStagesOf(cloned.partition);
-  Solution solution =
-      solveCosts(measuredCosts(stages, arguments, options, report), limit,
-                 {options.strategy, options.slots, options.segments}, inputKey(*stages, arguments));
+  SolveOptions solve_options{options.strategy, options.slots, options.segments};
+  const int64_t outside_bytes = outsideGradientBytes(cloned.module, cloned.partition);
+  availableForActivations(limit, arguments, outside_bytes, solve_options);
+  Solution solution = solveCosts(measuredCosts(stages, arguments, options, report), limit,
+                                 solve_options, inputKey(*stages, arguments));
+  solution.outside_gradient_bytes = outside_bytes;
   auto plan = c10::make_intrusive<Plan>(std::move(stages), std::move(solution));
   const Solution& s = plan->solution();
   report("solved (" + solver::toString(s.strategy) + "): predicted peak " +
          solver::formatBytes(s.predicted_peak) + " of " +
          solver::formatBytes(s.unconstrained_peak) + " unconstrained");
+  rewriteChain(cloned.module, cloned.partition, plan);
+  return std::move(cloned.module);
+}
+
+torch::jit::Module checkpoint(const torch::jit::Module& module, const MemoryLimit& limit,
+                              const CheckpointOptions& options) {
+  TORCH_CHECK(!options.costs, "a reused profile needs the example inputs it was measured on");
+  PartitionOptions partition_options;
+  partition_options.max_stages = options.max_stages;
+  PartitionedClone cloned = partitionClone(module, partition_options, /*share_tensors=*/true);
+  Solution solution = deferredSolution(limit, options.strategy, options.slots, options.segments);
+  solution.outside_gradient_bytes = outsideGradientBytes(cloned.module, cloned.partition);
+  auto plan = c10::make_intrusive<Plan>(chainStagesOf(cloned.partition), std::move(solution));
+  plan->setVerbose(options.verbose);
+  if (options.progress) {
+    options.progress("partitioned forward into " + std::to_string(plan->numStages()) +
+                     " stages; planned at the first training call");
+  }
   rewriteChain(cloned.module, cloned.partition, plan);
   return std::move(cloned.module);
 }

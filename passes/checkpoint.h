@@ -1,7 +1,8 @@
 // The checkpoint pipeline on a scripted module: partition -> profile -> solve -> rewrite. Takes a
 // torch::jit::Module, example inputs and a memory limit; returns a clone of the module (sharing
 // its parameters and buffers) whose forward calls jitckpt::chain with the solved Plan. The input
-// module is left untouched.
+// module is left untouched. Without example inputs, profile and solve wait for the first training
+// call.
 #pragma once
 
 #include <torch/csrc/jit/api/module.h>
@@ -33,6 +34,9 @@ struct CheckpointOptions {
   // Costs from an earlier profile of the same model and input shapes (Plan::solution().costs):
   // skips profiling, so that trying several limits or strategies costs one profile.
   std::optional<solver::Costs> costs;
+  // Rewritten without example inputs: show the first training call's profiling even when stderr
+  // is not a terminal.
+  bool verbose = false;
 };
 
 // Errors (TORCH_CHECK) say what was wrong and what to do: a module already rewritten, example
@@ -41,5 +45,11 @@ struct CheckpointOptions {
 torch::jit::Module checkpoint(const torch::jit::Module& module,
                               const std::vector<c10::IValue>& example_inputs,
                               const MemoryLimit& limit, const CheckpointOptions& options = {});
+
+// Without example inputs: partitions and rewrites now (cuts chosen by tensor count); the plan is
+// made at the first training call, for its inputs and on its device, and again once for every new
+// input key. Inference (no grad) never plans. The module saves and loads unplanned.
+torch::jit::Module checkpoint(const torch::jit::Module& module, const MemoryLimit& limit,
+                              const CheckpointOptions& options = {});
 
 }  // namespace jitckpt

@@ -1,5 +1,10 @@
 // The Replanner that libjitckpt installs in the runtime when it loads: profiles a plan's stages on
 // the new arguments and solves them at the plan's limit and strategy (see runtime/replan.h).
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+
 #include "jitckpt/jitckpt.h"  // linkedLibrary
 #include "passes/profile.h"
 #include "passes/solve.h"
@@ -12,20 +17,39 @@ class ProfilingReplanner final : public Replanner {
  public:
   c10::intrusive_ptr<Plan> replan(const Plan& planned,
                                   const ChainArguments& arguments) const override {
-    ProfileOptions options;
-    options.progress = [](int, int) {};
-    options.measure_unconstrained_peak = false;
     const Solution& old = planned.solution();
+    // A deferred plan's first profile is the one the user waits for: shown on a terminal (or
+    // when asked); the re-plans of a planned module stay quiet beside their warning.
+    const bool shown = planned.deferred() && (planned.verbose() || isatty(STDERR_FILENO));
+    ProfileOptions options;
+    if (!shown) options.progress = [](int, int) {};
+    options.measure_unconstrained_peak = false;
+    const auto start = std::chrono::steady_clock::now();
     solver::Costs costs = profileStages(planned.sharedStages(), arguments, options).costs;
     const InputKey key = inputKey(planned.stages(), arguments);
+    SolveOptions solve_options{old.strategy, old.slots, old.segments};
+    availableForActivations(old.requested_limit, arguments, old.outside_gradient_bytes,
+                            solve_options);
     try {
-      return c10::make_intrusive<Plan>(
-          planned.sharedStages(),
-          solveCosts(std::move(costs), old.requested_limit, {old.strategy, old.slots, 0}, key));
+      Solution solution = solveCosts(std::move(costs), old.requested_limit, solve_options, key);
+      solution.outside_gradient_bytes = old.outside_gradient_bytes;
+      auto plan = c10::make_intrusive<Plan>(planned.sharedStages(), std::move(solution));
+      if (shown) {
+        const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - start;
+        std::cerr << "jitckpt: planned for inputs [" << key.str() << "] in " << seconds.count()
+                  << " s: limit " << solver::formatBytes(plan->solution().memory_limit)
+                  << ", predicted peak " << solver::formatBytes(plan->solution().predicted_peak)
+                  << "\n";
+      }
+      return plan;
     } catch (const c10::Error& e) {
+      const std::string message = e.what_without_backtrace();
+      if (planned.deferred() && message.find(key.str()) != std::string::npos) throw;
+      TORCH_CHECK(!planned.deferred(), "jitckpt: planning for inputs [", key.str(),
+                  "] at the limit ", old.requested_limit.toString(), ": ", message);
       TORCH_CHECK(false, "jitckpt: the memory limit ", old.requested_limit.toString(),
                   " cannot hold the chain at its new inputs [", key.str(), "] (planned for [",
-                  old.input_key.str(), "]): ", e.what_without_backtrace(),
+                  old.input_key.str(), "]): ", message,
                   ". Re-run jitckpt.checkpoint with these inputs and a larger limit, or give "
                   "the limit as a fraction");
     }

@@ -3,6 +3,8 @@
 
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
+#include "passes/strip.h"
+
 namespace jitckpt {
 
 namespace {
@@ -72,6 +74,13 @@ void removeRegion(Partition& partition) {
   partition.first_node = partition.last_node = nullptr;
 }
 
+// jitckpt.strip's way back: the forward as it was, as a method of the module's class.
+void keepOriginalForward(torch::jit::Module& module, torch::jit::Graph& forward) {
+  const c10::QualifiedName name(*module.type()->name(), kOriginalForward);
+  auto* function = module._ivalue()->compilation_unit()->create_function(name, forward.copy());
+  module.type()->addMethod(function);
+}
+
 }  // namespace
 
 void rewriteChain(torch::jit::Module& module, Partition& partition,
@@ -91,6 +100,7 @@ void rewriteChain(torch::jit::Module& module, Partition& partition,
               "rewriteChain: the plan has ", stages.size(), " stages and ", stages.lifted().size(),
               " lifted values, the partition ", partition.stages.size(), " and ",
               partition.lifted.size(), "; make the plan from this partition (chainStagesOf)");
+  keepOriginalForward(module, *partition.graph);
   module.register_attribute(kPlanAttribute, planType(), c10::IValue(plan));
   Node* unpack = insertChainCall(partition, stages);
   redirectChainOutputs(partition, unpack);

@@ -1,11 +1,110 @@
 // Solve step (see solve.h).
 #include "passes/solve.h"
 
+#include <cmath>
+#include <utility>
+
+#include "runtime/probes/available_memory.h"
 #include "solver/baselines.h"
 #include "solver/persistent_dp.h"
 #include "solver/simulator.h"
 
 namespace jitckpt {
+namespace {
+
+solver::Selection select(const solver::Costs& costs, int64_t limit, const SolveOptions& options) {
+  const int stages = costs.length() - 1;  // periodic schedules segment the model's stages only
+  try {
+    return solver::selectSchedule(costs, limit, options.strategy,
+                                  {options.slots, options.segments, stages});
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
+// The schedule with the smallest peak the strategy finds: start from the limit an infeasible solve
+// names (found at a coarse resolution), then lower the limit to each found schedule's peak less one
+// byte while a schedule still fits (finer DP slots find smaller peaks). The DP's answer is not
+// monotonic in the limit near the minimum, so the schedule is kept, not only its peak.
+solver::Selection smallestSelection(const solver::Costs& costs, const SolveOptions& options) {
+  solver::Selection found = select(costs, 1, options);
+  for (int attempt = 0; !found.feasible && attempt < 8; ++attempt) {
+    TORCH_CHECK(found.min_feasible_limit > 0,
+                "jitckpt: no schedule of this chain fits any limit: ", found.message);
+    const int64_t limit = found.min_feasible_limit;
+    found = select(costs, limit, options);
+    if (!found.feasible) found.min_feasible_limit = limit + limit / 100 + 1;
+  }
+  TORCH_INTERNAL_ASSERT(found.feasible, "no limit found at which a schedule fits");
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    solver::Selection lower = select(costs, found.peak - 1, options);
+    if (!lower.feasible) break;
+    found = std::move(lower);
+  }
+  return found;
+}
+
+// "auto": the available bytes less the margin and the gradients to come.
+int64_t autoBudget(const SolveOptions& options) {
+  TORCH_INTERNAL_ASSERT(options.available_bytes >= 0, "\"auto\" needs the available memory");
+  return static_cast<int64_t>(
+             std::floor(static_cast<double>(options.available_bytes) * (1 - kAutoMargin))) -
+         options.pending_gradient_bytes;
+}
+
+// The limit in bytes and the schedule selected for it.
+std::pair<int64_t, solver::Selection> selectForLimit(const solver::MemoryLimit& limit,
+                                                     const solver::Costs& costs,
+                                                     int64_t unconstrained_peak,
+                                                     const SolveOptions& options,
+                                                     const InputKey& input_key) {
+  using Kind = solver::MemoryLimit::Kind;
+  if (limit.kind == Kind::Min) {
+    solver::Selection smallest = smallestSelection(costs, options);
+    return {smallest.peak, std::move(smallest)};
+  }
+  if (limit.kind != Kind::Auto) {
+    const int64_t bytes =
+        limit.kind == Kind::Unlimited ? unconstrained_peak : limit.resolve(unconstrained_peak);
+    return {bytes, select(costs, bytes, options)};
+  }
+  const int64_t budget = autoBudget(options);
+  solver::Selection selection = select(costs, budget, options);
+  if (selection.feasible) return {budget, std::move(selection)};
+  solver::Selection smallest = smallestSelection(costs, options);
+  TORCH_CHECK(smallest.peak <= budget, "jitckpt: memory_limit \"auto\": the device has ",
+              solver::formatBytes(options.available_bytes), " available, which leaves ",
+              solver::formatBytes(std::max<int64_t>(budget, 0)), " for activations (after a ",
+              static_cast<int>(kAutoMargin * 100), "% margin and ",
+              solver::formatBytes(options.pending_gradient_bytes),
+              " of parameter gradients), but the smallest limit that works for inputs [",
+              input_key.str(), "] is ", solver::formatBytes(smallest.peak),
+              ". Free memory, or use a smaller batch or input");
+  return {budget, std::move(smallest)};
+}
+
+}  // namespace
+
+void availableForActivations(const solver::MemoryLimit& limit, const ChainArguments& arguments,
+                             int64_t outside_gradient_bytes, SolveOptions& options) {
+  if (limit.kind != solver::MemoryLimit::Kind::Auto) return;
+  std::optional<c10::Device> device;
+  for (const auto* tensors : {&arguments.inputs, &arguments.lifted_tensors}) {
+    for (const auto& t : *tensors) {
+      if (!device && t.defined()) device = t.device();
+    }
+  }
+  TORCH_CHECK(device, "jitckpt: memory_limit \"auto\" needs a tensor to tell the device; ",
+              "give the limit in bytes");
+  options.available_bytes = probes::availableMemory(*device);
+  options.pending_gradient_bytes = 0;
+  for (const auto& t : arguments.lifted_tensors) {
+    if (t.defined() && t.requires_grad() && t.is_leaf() && !t.grad().defined())
+      options.pending_gradient_bytes += static_cast<int64_t>(t.numel() * t.element_size());
+  }
+  // (zero_grad(set_to_none=True) frees all of a model's gradients or none)
+  if (options.pending_gradient_bytes > 0) options.pending_gradient_bytes += outside_gradient_bytes;
+}
 
 Solution solveCosts(solver::Costs costs, const solver::MemoryLimit& limit,
                     const SolveOptions& options, InputKey input_key) {
@@ -14,20 +113,13 @@ Solution solveCosts(solver::Costs costs, const solver::MemoryLimit& limit,
   s.costs = std::move(costs);
   s.strategy = options.strategy;
   s.slots = options.slots;
+  s.segments = options.segments;
   s.input_key = std::move(input_key);
   s.requested_limit = limit;
   s.unconstrained_peak = solver::simulate(s.costs, solver::noCheckpointSchedule(s.costs)).peak;
-  s.memory_limit = limit.kind == MemoryLimit::Kind::Unlimited ? s.unconstrained_peak
-                                                              : limit.resolve(s.unconstrained_peak);
-  // Periodic schedules segment the model's stages, not the terminal one.
-  const int stages = s.costs.length() - 1;
-  solver::Selection selection;
-  try {
-    selection = solver::selectSchedule(s.costs, s.memory_limit, options.strategy,
-                                       {options.slots, options.segments, stages});
-  } catch (const std::invalid_argument& e) {
-    TORCH_CHECK(false, e.what());
-  }
+  auto [bytes, selection] =
+      selectForLimit(limit, s.costs, s.unconstrained_peak, options, s.input_key);
+  s.memory_limit = bytes;
   TORCH_CHECK(selection.feasible, selection.message);
   s.schedule = std::move(selection.schedule);
   s.predicted_peak = selection.peak;

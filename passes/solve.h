@@ -2,12 +2,18 @@
 // options; returns the Solution a Plan holds: the schedule that solver::selectSchedule picks, its
 // predicted peak and time, and, for the optimal strategy, the whole time-memory curve. Errors
 // (TORCH_CHECK) for an impossible limit name the smallest limit that works.
+//
+// "min" resolves to the smallest limit at which the strategy finds a schedule (the fastest there);
+// "auto" to what the device has available when the plan is made, less a safety margin of
+// kAutoMargin (allocator rounding and fragmentation, and tensors made after planning such as the
+// optimizer's state) and less the parameter gradients that the first backward will allocate.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "runtime/plan.h"
+#include "runtime/stage_runner.h"
 #include "solver/costs.h"
 #include "solver/memory_limit.h"
 #include "solver/strategy.h"
@@ -18,7 +24,20 @@ struct SolveOptions {
   solver::Strategy strategy = solver::Strategy::Optimal;
   int slots = 500;   // memory slots of the DP
   int segments = 0;  // periodic: segment count; 0 picks the fastest that fits
+  // For "auto": the device's available bytes and the bytes of parameter gradients not allocated
+  // yet (availableForActivations fills both).
+  int64_t available_bytes = -1;
+  int64_t pending_gradient_bytes = 0;
 };
+
+constexpr double kAutoMargin = 0.10;
+
+// Fills options.available_bytes and pending_gradient_bytes for the device of `arguments` (that
+// of the chain inputs, else of the first lifted tensor) when `limit` is "auto": the gradients of
+// the chain's parameters whose .grad is not allocated, and `outside_gradient_bytes` (parameters
+// outside the chain) when any of those is not.
+void availableForActivations(const solver::MemoryLimit& limit, const ChainArguments& arguments,
+                             int64_t outside_gradient_bytes, SolveOptions& options);
 
 Solution solveCosts(solver::Costs costs, const solver::MemoryLimit& limit,
                     const SolveOptions& options, InputKey input_key = {});

@@ -15,6 +15,7 @@ Plan::Plan(std::shared_ptr<const ChainStages> stages, Solution solution)
       solution_(std::move(solution)),
       variants_(std::make_shared<PlanVariants>()) {
   TORCH_CHECK(stages_ && stages_->size() > 0, "jitckpt plan has no stages");
+  if (solution_.deferred) return;
   const solver::Costs& costs = solution_.costs;
   TORCH_CHECK(costs.length() == numStages() + 1, "jitckpt plan: costs describe ", costs.length(),
               " stages but the plan has ", numStages(), " stages plus the terminal one");
@@ -42,24 +43,48 @@ std::string formatMilliseconds(double ms) {
 
 }  // namespace
 
+Solution deferredSolution(const solver::MemoryLimit& limit, solver::Strategy strategy, int slots,
+                          int segments) {
+  Solution s;
+  s.deferred = true;
+  s.requested_limit = limit;
+  s.strategy = strategy;
+  s.slots = slots;
+  s.segments = segments;
+  return s;
+}
+
 std::string Plan::str() const {
   const Solution& s = solution_;
   std::ostringstream os;
-  os << "jitckpt.Plan: " << numStages() << " stages, strategy " << solver::toString(s.strategy)
-     << ", limit " << solver::formatBytes(s.memory_limit) << ", predicted peak "
-     << solver::formatBytes(s.predicted_peak) << ", predicted time "
-     << formatMilliseconds(s.predicted_time) << "\n";
+  os << "jitckpt.Plan: " << numStages() << " stages, strategy " << solver::toString(s.strategy);
+  if (s.deferred) {
+    os << ", limit " << s.requested_limit.toString()
+       << "; planned at the first training call for its inputs (once per input shapes, dtypes "
+          "and devices)\n";
+  } else {
+    os << ", limit " << solver::formatBytes(s.memory_limit) << ", predicted peak "
+       << solver::formatBytes(s.predicted_peak) << ", predicted time "
+       << formatMilliseconds(s.predicted_time) << "\n";
+  }
   for (int l = 1; l <= numStages(); ++l) {
     const StageSpec& stage = stages_->stage(l);
     os << "  stage " << l << " \"" << stage.label << "\": " << stage.num_activation_inputs
        << " input(s)";
-    os << ", a " << solver::formatBytes(s.costs.wa[l]) << ", abar "
-       << solver::formatBytes(s.costs.wabar[l]) << ", F " << formatMilliseconds(s.costs.uf[l])
-       << ", B " << formatMilliseconds(s.costs.ub[l]);
+    if (!s.deferred) {
+      os << ", a " << solver::formatBytes(s.costs.wa[l]) << ", abar "
+         << solver::formatBytes(s.costs.wabar[l]) << ", F " << formatMilliseconds(s.costs.uf[l])
+         << ", B " << formatMilliseconds(s.costs.ub[l]);
+    }
     if (stage.writes_activation_input) os << ", writes its input";
     if (stages_->hasRandomOps(l)) os << ", random";
     if (!stage.mutated_lifted.empty()) os << ", updates buffers";
     os << "\n";
+  }
+  if (s.deferred) {
+    for (const auto& variant : variants_->all())
+      os << "for inputs [" << variant->solution().input_key.str() << "]: " << variant->str();
+    return os.str();
   }
   os << "  stage " << numStages() + 1 << " (terminal): hand-off to autograd\n";
   os << "schedule: " << solver::toString(s.schedule) << "\n";

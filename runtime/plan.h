@@ -24,8 +24,11 @@
 
 namespace jitckpt {
 
-// The result of solving a chain's costs for a limit, for one input key.
+// The result of solving a chain's costs for a limit, for one input key. A deferred solution (a
+// module rewritten without example inputs) holds only what was asked (limit, strategy, slots,
+// segments); its plans are made for the inputs of each training call (see replan.h).
 struct Solution {
+  bool deferred = false;
   solver::Costs costs;        // L+1 stages: the model's L stages and the terminal stage
   solver::Schedule schedule;  // over the L+1 stages
   solver::Strategy strategy = solver::Strategy::None;
@@ -33,10 +36,14 @@ struct Solution {
   int64_t predicted_peak = 0;
   double predicted_time = 0;  // ms
   int slots = 500;
+  int segments = 0;                       // periodic: as asked (0: the fastest count that fits)
   std::vector<solver::CurvePoint> curve;  // time-memory curve of the optimal solver
   InputKey input_key;                     // the inputs it was solved for
   solver::MemoryLimit requested_limit;    // as given: a fraction stays one for other keys
   int64_t unconstrained_peak = 0;         // predicted no-checkpointing peak
+  // Gradient bytes of the parameters only the prologue or epilogue read (an embedding before the
+  // first stage): "auto" reserves them beside the chain's own.
+  int64_t outside_gradient_bytes = 0;
 };
 
 class PlanVariants;
@@ -44,7 +51,7 @@ class PlanVariants;
 class Plan : public torch::CustomClassHolder {
  public:
   // Throws (TORCH_CHECK) unless the schedule is valid and complete for these stages and its
-  // forward part ends at the hand-off to autograd.
+  // forward part ends at the hand-off to autograd (a deferred solution has none to check).
   Plan(std::shared_ptr<const ChainStages> stages, Solution solution);
 
   const ChainStages& stages() const { return *stages_; }
@@ -63,12 +70,23 @@ class Plan : public torch::CustomClassHolder {
   // The plans made from this one for other input keys (a cache kept for the process, never
   // saved; see replan.h).
   PlanVariants& variants() const { return *variants_; }
+  bool deferred() const { return solution_.deferred; }
+
+  // Deferred plans: print a line on stderr per profiled stage when they plan for new inputs, on a
+  // terminal or when asked (verbose); process-local, never saved.
+  void setVerbose(bool verbose) { verbose_ = verbose; }
+  bool verbose() const { return verbose_; }
 
  private:
   std::shared_ptr<const ChainStages> stages_;
   Solution solution_;
   std::shared_ptr<PlanVariants> variants_;
+  bool verbose_ = false;
 };
+
+// A deferred solution: `limit`, `strategy`, `slots` and `segments` as asked, nothing solved.
+Solution deferredSolution(const solver::MemoryLimit& limit, solver::Strategy strategy, int slots,
+                          int segments);
 
 // The module attribute that holds the Plan in a rewritten module.
 constexpr const char* kPlanAttribute = "_jitckpt_plan";

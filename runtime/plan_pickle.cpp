@@ -24,17 +24,23 @@ std::string firstLineOf(const std::string& message) {
 
 Json solutionToJson(const Solution& s) {
   Json meta;
+  meta["strategy"] = solver::toString(s.strategy);
+  meta["slots"] = s.slots;
+  meta["segments"] = s.segments;
+  meta["requested_limit"] = s.requested_limit.toText();
+  meta["outside_gradient_bytes"] = s.outside_gradient_bytes;
+  if (s.deferred) {  // planned where it runs
+    meta["deferred"] = true;
+    return meta;
+  }
   meta["costs"] = Json::parse(solver::costsToJson(s.costs));
   meta["schedule"] = solver::toString(s.schedule);
-  meta["strategy"] = solver::toString(s.strategy);
   meta["memory_limit"] = s.memory_limit;
   meta["predicted_peak"] = s.predicted_peak;
   meta["predicted_time"] = s.predicted_time;
-  meta["slots"] = s.slots;
   meta["unconstrained_peak"] = s.unconstrained_peak;
   meta["input_shapes"] = s.input_key.shapes;
   meta["input_types"] = s.input_key.types;
-  meta["requested_limit"] = s.requested_limit.toText();
   Json curve = Json::array();
   for (const auto& p : s.curve) curve.push_back({p.limit, p.time});
   meta["curve"] = curve;
@@ -42,7 +48,16 @@ Json solutionToJson(const Solution& s) {
 }
 
 Solution solutionFromJson(const Json& meta) {
+  if (meta.value("deferred", false)) {
+    Solution s =
+        deferredSolution(solver::MemoryLimit::parse(meta.at("requested_limit").get<std::string>()),
+                         solver::parseStrategy(meta.at("strategy").get<std::string>()),
+                         meta.at("slots").get<int>(), meta.value("segments", 0));
+    s.outside_gradient_bytes = meta.value("outside_gradient_bytes", int64_t{0});
+    return s;
+  }
   Solution s;
+  s.outside_gradient_bytes = meta.value("outside_gradient_bytes", int64_t{0});
   s.costs = solver::costsFromJson(meta.at("costs").dump());
   s.schedule = solver::parseSchedule(meta.at("schedule").get<std::string>());
   s.strategy = solver::parseStrategy(meta.at("strategy").get<std::string>());
@@ -50,6 +65,7 @@ Solution solutionFromJson(const Json& meta) {
   s.predicted_peak = meta.at("predicted_peak").get<int64_t>();
   s.predicted_time = meta.at("predicted_time").get<double>();
   s.slots = meta.at("slots").get<int>();
+  s.segments = meta.value("segments", 0);
   s.unconstrained_peak = meta.at("unconstrained_peak").get<int64_t>();
   s.input_key.shapes = meta.at("input_shapes").get<std::vector<std::vector<int64_t>>>();
   // Absent from plans saved before they were recorded.

@@ -25,7 +25,13 @@ std::vector<c10::intrusive_ptr<Plan>> PlanVariants::all() const {
   return plans;
 }
 
+c10::intrusive_ptr<Plan> PlanVariants::latest() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return latest_;
+}
+
 void PlanVariants::add(const InputKey& key, c10::intrusive_ptr<Plan> plan) {
+  latest_ = plan;
   plans_[key] = std::move(plan);
 }
 
@@ -33,17 +39,24 @@ c10::intrusive_ptr<Plan> planForArguments(const c10::intrusive_ptr<Plan>& plan,
                                           const ChainArguments& arguments) {
   const InputKey key = inputKey(plan->stages(), arguments);
   const InputKey& planned = plan->solution().input_key;
-  if (planned.shapes.empty() || key.matches(planned)) return plan;
+  if (!plan->deferred() && (planned.shapes.empty() || key.matches(planned))) return plan;
   PlanVariants& variants = plan->variants();
   std::lock_guard<std::mutex> lock(variants.mutex());
   if (auto found = variants.find(key)) return found;
-  TORCH_CHECK(installed(), "jitckpt: chain inputs [", key.str(), "] differ from the planned [",
-              planned.str(),
-              "] and re-planning needs the jitckpt passes library: import jitckpt, or link "
-              "libjitckpt");
-  TORCH_WARN("jitckpt: chain inputs [", key.str(), "] differ from the planned [", planned.str(),
-             "]: profiling and solving again for them at the limit ",
-             plan->solution().requested_limit.toString(), " (once per new shape, dtype or device)");
+  if (plan->deferred()) {
+    TORCH_CHECK(installed(), "jitckpt: this module was rewritten without example inputs and ",
+                "plans at its first training call, which needs the jitckpt passes library: ",
+                "import jitckpt, or link libjitckpt");
+  } else {
+    TORCH_CHECK(installed(), "jitckpt: chain inputs [", key.str(), "] differ from the planned [",
+                planned.str(),
+                "] and re-planning needs the jitckpt passes library: import jitckpt, or link "
+                "libjitckpt");
+    TORCH_WARN("jitckpt: chain inputs [", key.str(), "] differ from the planned [", planned.str(),
+               "]: profiling and solving again for them at the limit ",
+               plan->solution().requested_limit.toString(),
+               " (once per new shape, dtype or device)");
+  }
   auto variant = installed()->replan(*plan, arguments);
   variants.add(key, variant);
   return variant;

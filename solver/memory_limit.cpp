@@ -20,14 +20,19 @@ int64_t MemoryLimit::resolve(int64_t unconstrained_peak) const {
       return static_cast<int64_t>(std::floor(value * static_cast<double>(unconstrained_peak)));
     case Kind::Unlimited:
       return std::numeric_limits<int64_t>::max();
+    case Kind::Min:
+    case Kind::Auto:
+      break;
   }
-  return 0;
+  throw std::logic_error("memory limit '" + toText() +
+                         "' depends on the chain and the device: the solve step resolves it");
 }
 
 MemoryLimit MemoryLimit::parse(const std::string& text) {
   const std::string accepted =
       "give bytes (\"2GiB\", \"512MiB\", \"1.5GB\", \"1000000\"), a fraction of the unconstrained "
-      "activation peak (\"0.5\", \"50%\"), or \"none\"";
+      "activation peak (\"0.5\", \"50%\"), \"none\", \"min\" (the smallest limit that works) or "
+      "\"auto\" (what the device has available)";
   std::string s;
   for (char c : text) {
     if (!std::isspace(static_cast<unsigned char>(c)))
@@ -35,6 +40,8 @@ MemoryLimit MemoryLimit::parse(const std::string& text) {
   }
   if (s.empty()) throw std::invalid_argument("empty memory limit: " + accepted);
   if (s == "none" || s == "unlimited" || s == "inf") return {};
+  if (s == "min") return min();
+  if (s == "auto") return autoLimit();
   char* end = nullptr;
   const double number = std::strtod(s.c_str(), &end);
   const std::string unit(end);
@@ -90,6 +97,10 @@ std::string MemoryLimit::toString() const {
     }
     case Kind::Unlimited:
       return "none";
+    case Kind::Min:
+      return "min";
+    case Kind::Auto:
+      return "auto";
   }
   return "?";
 }
@@ -104,7 +115,9 @@ std::string MemoryLimit::toText() const {
       std::snprintf(buffer, sizeof buffer, "%.17g", value);
       return buffer;
     case Kind::Unlimited:
-      break;
+    case Kind::Min:
+    case Kind::Auto:
+      return toString();
   }
   return "none";
 }

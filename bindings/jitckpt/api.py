@@ -74,7 +74,7 @@ class _ProfileProgress:
 
 def checkpoint(
     module: Any,
-    example_inputs: Sequence[Any],
+    example_inputs: Optional[Sequence[Any]] = None,
     memory_limit: MemoryLimit = 0.5,
     *,
     strategy: str = "optimal",
@@ -88,8 +88,15 @@ def checkpoint(
 ) -> torch.jit.ScriptModule:
     """Returns `module` with its forward rewritten to train within `memory_limit` of activations.
 
+    Without example_inputs the rewrite happens now and the plan at the first training call, for
+    its inputs and on its device (profiling that call's stages first), then once for every new
+    input shape, dtype or device; inference and torch.no_grad() calls never plan. With them, the
+    plan is made here.
+
     memory_limit: bytes (int), a string ("512MiB", "2GiB", "50%"), a fraction (float) of the
-    unconstrained activation peak, or None for no limit. strategy: "optimal" (default),
+    unconstrained activation peak, "min" (the smallest limit that works, with the fastest
+    schedule there), "auto" (what the device has available when the plan is made, less a 10%
+    margin and the parameter gradients still to come), or None for no limit. strategy: "optimal" (default),
     "periodic", "revolve" or "none", for comparisons. The result shares parameters and buffers
     with `module`; the module itself is left as it was. Profiling shows a progress bar on a
     terminal (tqdm where installed) or with verbose=True (which also prints what each step did);
@@ -102,16 +109,24 @@ def checkpoint(
         raise ValueError("this module was already rewritten by jitckpt; call checkpoint on the original module")
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
+    if example_inputs is None and reuse_profile_of is not None:
+        raise ValueError("reuse_profile_of needs the example inputs the profile was measured on")
     report = (lambda line: print(f"jitckpt: {line}", file=sys.stderr)) if verbose else (lambda line: None)
     if progress is None:
         bar = _ProfileProgress(verbose)
         progress = bar if bar.shown else None
     rewritten = _C.checkpoint(
-        scripted._c, list(example_inputs), _limit_text(memory_limit), strategy, slots, max_stages, segments,
-        profile_repeats, report, progress,
-        _C.costs_json(reuse_profile_of._c) if reuse_profile_of is not None else "",
+        scripted._c, None if example_inputs is None else list(example_inputs), _limit_text(memory_limit),
+        strategy, slots, max_stages, segments, profile_repeats, report, progress,
+        _C.costs_json(reuse_profile_of._c) if reuse_profile_of is not None else "", verbose,
     )
     return torch.jit._recursive.wrap_cpp_module(rewritten)
+
+
+def strip(module: torch.jit.ScriptModule) -> torch.jit.ScriptModule:
+    """The original forward of a module that jitckpt rewrote, sharing its parameters and buffers:
+    no jitckpt::chain op and no plan, for export or inference where jitckpt is not installed."""
+    return torch.jit._recursive.wrap_cpp_module(_C.strip(module._c))
 
 
 def is_rewritten(module: torch.jit.ScriptModule) -> bool:
@@ -125,7 +140,9 @@ def dump(module: torch.jit.ScriptModule) -> str:
 
 def plan(module: torch.jit.ScriptModule) -> Dict[str, Any]:
     """The plan of a rewritten module: schedule, predicted peak (bytes) and time (ms), the stage
-    costs, and the whole time-memory curve [(limit bytes, time ms), ...] of the optimal solver."""
+    costs, and the whole time-memory curve [(limit bytes, time ms), ...] of the optimal solver.
+    A module rewritten without example inputs has deferred=True; before its first training call
+    only what was asked (no "schedule"), afterwards the plan made for the latest inputs."""
     return _C.plan_info(module._c)
 
 

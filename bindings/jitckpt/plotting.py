@@ -37,6 +37,9 @@ def plot(module: torch.jit.ScriptModule, path: Optional[str] = None, ax: Any = N
         raise ImportError("jitckpt.plot needs matplotlib: apt-get install python3-matplotlib "
                           "(or pip install matplotlib)") from error
     info = _C.plan_info(module._c)
+    if "curve" not in info:
+        raise ValueError("this module plans at its first training call and has not had one yet: "
+                         "run a training step (forward and backward), then plot")
     mib = 1 << 20
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "passes/checkpoint.h"  // checkpoint, CheckpointOptions, MemoryLimit, Strategy
+#include "passes/strip.h"       // strip
 #include "runtime/plan.h"       // Plan, planOf
 
 namespace jitckpt {

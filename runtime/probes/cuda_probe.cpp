@@ -83,6 +83,17 @@ std::unique_ptr<Stopwatch> makeCudaStopwatch(c10::Device device) {
   return std::make_unique<CudaStopwatch>(device);
 }
 
+int64_t cudaAvailableBytes(c10::Device device) {
+  const c10::DeviceIndex index = resolveIndex(device);
+  c10::cuda::CUDAGuard guard(index);
+  size_t free_bytes = 0, total_bytes = 0;
+  C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+  const int64_t cached = static_cast<int64_t>(stats.reserved_bytes[kAggregate].current) -
+                         static_cast<int64_t>(stats.allocated_bytes[kAggregate].current);
+  return static_cast<int64_t>(free_bytes) + cached;
+}
+
 void synchronizeCuda(c10::Device device) {
   c10::cuda::CUDAGuard guard(resolveIndex(device));
   C10_CUDA_CHECK(cudaDeviceSynchronize());

@@ -15,6 +15,9 @@ namespace jitckpt::probes {
 std::unique_ptr<MemoryProbe> makeCudaMemoryProbe(c10::Device device);
 std::unique_ptr<Stopwatch> makeCudaStopwatch(c10::Device device);
 void synchronizeCuda(c10::Device device);
+// Free bytes of the device (cudaMemGetInfo) plus the caching allocator's reserved, unallocated
+// bytes.
+int64_t cudaAvailableBytes(c10::Device device);
 
 }  // namespace jitckpt::probes
 

@@ -77,6 +77,20 @@ TEST(MemoryLimit, ParsesBytesFractionsAndErrors) {
   EXPECT_EQ(formatBytes(1536), "1.50 KiB");
 }
 
+TEST(MemoryLimit, MinAndAutoParsePrintAndWaitForTheSolveStep) {
+  for (const char* text : {"min", "auto", " AUTO "}) {
+    const MemoryLimit limit = MemoryLimit::parse(text);
+    EXPECT_TRUE(limit.kind == MemoryLimit::Kind::Min || limit.kind == MemoryLimit::Kind::Auto);
+    EXPECT_EQ(MemoryLimit::parse(limit.toText()).kind, limit.kind);
+    EXPECT_EQ(limit.toString(), limit.toText());
+    // Neither is a number of bytes before the solve step knows the chain and the device.
+    EXPECT_THROW(limit.resolve(1000), std::logic_error);
+  }
+  EXPECT_EQ(MemoryLimit::parse("min").toText(), "min");
+  EXPECT_EQ(MemoryLimit::parse("auto").toText(), "auto");
+  EXPECT_THROW(MemoryLimit::parse("minimum"), std::invalid_argument);
+}
+
 TEST(MemoryLimit, RefusesWhatWouldWrapOrRound) {
   // A bare 1.5 is neither a fraction nor whole bytes (it used to be read as 2 bytes).
   EXPECT_THROW(MemoryLimit::parse("1.5"), std::invalid_argument);

@@ -1,0 +1,171 @@
+"""Rewrite now, plan later: jitckpt.checkpoint without example inputs plans at the first training
+call for that call's inputs, once per new input key; "min" and "auto" limits; jitckpt.strip; the
+graph-level _jit_pass_* functions. Every model family of bench/families.py at its "test" size."""
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import jitckpt
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+
+import families  # noqa: E402
+from test_model_families import FRESH_PROCESS_TRAINING, assert_same_training, train, train_step  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.join(HERE, "..", "..", "bench")
+
+
+@pytest.fixture(scope="module", params=list(families.FAMILIES))
+def family(request) -> families.Family:
+    return families.FAMILIES[request.param]("test")
+
+
+@pytest.fixture(autouse=True)
+def measured_memory():
+    yield
+    jitckpt._C.set_available_memory_for_testing(-1)
+
+
+def test_first_training_call_plans_and_trains_bit_identically(family):
+    """Rewritten without inputs at "min": nothing is planned until the first training call (a
+    no-grad call does not plan), which plans once for its inputs; training is bit-identical to the
+    unmodified model's."""
+    model = jitckpt.checkpoint(family.make(0), memory_limit="min")
+    before = jitckpt.plan(model)
+    assert before["deferred"] and "schedule" not in before and before["variants"] == []
+    # Without inputs the cuts are chosen by tensor count, not bytes: every family keeps a stage per
+    # block but the U-Net, whose encoder cuts each carry one skip more (README, "Supported and not").
+    least = 5 if family.name == "unet" else family.blocks
+    assert before["num_stages"] >= least, f"{family.name}: {before['num_stages']} stages"
+    model.eval()  # (a training-mode call would update BatchNorm statistics, as it would unmodified)
+    with torch.no_grad():
+        model(*family.inputs)
+    model.train()
+    assert jitckpt.plan(model)["variants"] == [], "a no-grad call planned"
+    assert_same_training(family.name, train(family.make(0), family), train(model, family))
+    after = jitckpt.plan(model)
+    assert len(after["variants"]) == 1 and after["schedule"].count("B(") == after["num_stages"] + 1
+    assert after["memory_limit"] == after["predicted_peak"] < after["unconstrained_peak"]
+
+
+def test_each_new_input_key_plans_once():
+    family = families.FAMILIES["gpt_mask_input"]("test")
+    model = jitckpt.checkpoint(family.make(0), memory_limit=0.6)
+    tokens, mask = family.inputs
+    shorter = (tokens[:, : tokens.shape[1] // 2], mask[: mask.shape[0] // 2, : mask.shape[1] // 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a deferred module plans without warning
+        for inputs in (family.inputs, shorter, family.inputs, shorter):
+            train_step(model, families.Family(family.name, family.make, inputs, family.blocks, family.loss,
+                                              family.description), 0)
+    variants = jitckpt.plan(model)["variants"]
+    # (the chain's input is the embedded sequence: batch x length x width)
+    assert sorted(v["input_shapes"][0][:2] for v in variants) == sorted([list(tokens.shape), list(shorter[0].shape)])
+    # A fraction stays a fraction of each key's own peak.
+    for v in variants:
+        assert v["memory_limit"] == int(0.6 * v["unconstrained_peak"])
+
+
+def test_unplanned_module_saves_and_trains_identically_in_a_fresh_process(family, tmp_path):
+    model = jitckpt.checkpoint(family.make(0), memory_limit="min")
+    path, out = tmp_path / "model.pt", tmp_path / "records.pt"
+    torch.jit.save(model, str(path))
+    script = FRESH_PROCESS_TRAINING.format(test_dir=HERE, bench_dir=BENCH)
+    done = subprocess.run([sys.executable, "-c", script, family.name, str(path), str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{family.name}: the fresh process failed:\n{done.stderr[-3000:]}"
+    assert_same_training(f"{family.name}, unplanned, saved and loaded", train(family.make(0), family),
+                         torch.load(str(out)))
+    assert jitckpt.plan(model)["variants"] == [], "saving planned"
+
+
+def step_peak(model, family) -> int:
+    """Peak bytes of a training step above what was live before it, .grad freed first."""
+    model.zero_grad(set_to_none=True)
+    with jitckpt.cpu_memory() as memory:
+        train_step(model, family, 1)
+    return memory.peak
+
+
+@pytest.mark.parametrize("name", ["two_input", "gpt_mask_input", "unet", "lstm_stack"])
+def test_min_is_the_smallest_limit_that_works(name):
+    family = families.FAMILIES[name]("test")
+    model = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit="min", profile_repeats=1)
+    info = jitckpt.plan(model)
+    named = info["memory_limit"]
+    assert info["requested_limit"] == "min" and info["predicted_peak"] == named < info["unconstrained_peak"]
+    train_step(model, family, 0)
+    # As in test_model_families: the step also holds the loss and the small epilogue tensors.
+    assert step_peak(model, family) <= named * 1.10 + 64 * 1024
+    with pytest.raises(RuntimeError, match="smallest limit that works"):
+        jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=int(0.98 * named), reuse_profile_of=model)
+
+
+def gradient_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("name", ["two_input", "gpt_mask_input", "dict_output"])
+def test_auto_fits_an_injected_capacity(name):
+    """"auto" with a capacity between what "min" needs and what no checkpointing needs: the plan
+    made at the first training call fits it, and the measured step (gradients included) stays
+    under it."""
+    family = families.FAMILIES[name]("test")
+    smallest = jitckpt.plan(jitckpt.checkpoint(family.make(0), family.inputs, memory_limit="min",
+                                               profile_repeats=1))
+    budget = (smallest["memory_limit"] + smallest["unconstrained_peak"]) // 2
+    capacity = int((budget + gradient_bytes(family.make(0))) / 0.9)
+    jitckpt._C.set_available_memory_for_testing(capacity)
+    model = jitckpt.checkpoint(family.make(0), memory_limit="auto")
+    assert_same_training(name, train(family.make(0), family, steps=2), train(model, family, steps=2))
+    info = jitckpt.plan(model)
+    assert info["requested_limit"] == "auto"
+    assert smallest["memory_limit"] <= info["memory_limit"] <= budget + 1024
+    assert info["predicted_peak"] <= info["memory_limit"]
+    peak = step_peak(model, family)
+    assert peak <= capacity, f"{name}: measured {peak} bytes, capacity {capacity}"
+
+
+def test_auto_below_the_minimum_names_both():
+    family = families.FAMILIES["two_input"]("test")
+    jitckpt._C.set_available_memory_for_testing(20 * 1024)
+    model = jitckpt.checkpoint(family.make(0), memory_limit="auto")
+    with pytest.raises(RuntimeError, match=r"20\.00 KiB available.*smallest limit that works for inputs \[\[4, 3, 32, 32\]"):
+        train_step(model, family, 0)
+    # Nothing was planned, so a later call with room plans and trains exactly.
+    jitckpt._C.set_available_memory_for_testing(-1)
+    assert_same_training("two_input after a refused plan", train(family.make(0), family, steps=1),
+                         train(model, family, steps=1))
+
+
+def test_strip_gives_back_the_original_forward(family, tmp_path):
+    rewritten = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=None, profile_repeats=1)
+    plain = jitckpt.strip(rewritten)
+    assert not jitckpt.is_rewritten(plain)
+    assert "jitckpt::chain" not in str(plain.forward.graph) and "jitckpt::chain" in str(rewritten.forward.graph)
+    # It shares the parameters of the rewritten module, and trains like the unmodified model.
+    assert all(a is b for a, b in zip(plain.parameters(), rewritten.parameters()))
+    assert_same_training(f"{family.name}, stripped", train(family.make(0), family), train(plain, family))
+    # Saved, it loads where jitckpt is not imported.
+    path = tmp_path / "plain.pt"
+    torch.jit.save(plain, str(path))
+    done = subprocess.run([sys.executable, "-c", "import sys, torch; torch.jit.load(sys.argv[1])", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_graph_passes_give_the_module_entry_points_stages(family):
+    module = family.make(0)
+    graph = module.forward.graph.copy()
+    jitckpt._C._jit_pass_jitckpt_inline_calls(graph)
+    jitckpt._C._jit_pass_jitckpt_bind_tensor_lists(module, graph)
+    stages = jitckpt._C._jit_pass_jitckpt_partition(graph)
+    assert stages["labels"] == jitckpt.partition(module)["labels"]
+    rewritten = torch.jit._recursive.wrap_cpp_module(jitckpt._C._jit_pass_jitckpt_checkpoint(module._c, "0.5"))
+    assert jitckpt.plan(rewritten)["labels"] == stages["labels"]
+    assert "prim::GetAttr" in str(graph)  # the graph stays a torch._C.Graph, printable as one
