@@ -1,11 +1,12 @@
 // Trains a saved TorchScript model under a memory limit with libtorch alone:
 //
 //   train MODEL.pt BATCH,C,H,W LIMIT [STEPS]
-//   e.g. build/examples/jitckpt-train-example resnet18.pt 8,3,64,64 0.5 3
+//   e.g. build/examples/jitckpt-train-example resnet18.pt 8,3,64,64 auto 3
 //
-// The model is loaded, rewritten by jitckpt::checkpoint for the limit (bytes such as "512MiB" or a
-// fraction of the unconstrained activation peak), and trained for a few SGD steps on random data.
-// The training loop is the ordinary libtorch one: only the rewrite call is new.
+// The model is loaded and rewritten by jitckpt::checkpoint for the limit ("auto": what the device
+// has available; "min"; bytes such as "512MiB"; a fraction of the unconstrained activation peak)
+// without example inputs: the first training step profiles and plans for its own inputs, on its
+// own device. The training loop is the ordinary libtorch one: only the rewrite call is new.
 #include <torch/script.h>
 #include <torch/torch.h>
 
@@ -28,10 +29,7 @@ int main(int argc, char** argv) {
     torch::jit::Module model = torch::jit::load(argv[1]);
     model.train();
     torch::manual_seed(0);
-    torch::Tensor example = torch::randn(shape);
-    torch::jit::Module rewritten =
-        jitckpt::checkpoint(model, {example}, jitckpt::MemoryLimit::parse(argv[3]));
-    std::cout << jitckpt::planOf(rewritten)->str();
+    torch::jit::Module rewritten = jitckpt::checkpoint(model, jitckpt::MemoryLimit::parse(argv[3]));
 
     std::vector<torch::Tensor> parameters;
     for (const auto& p : rewritten.parameters()) parameters.push_back(p);
@@ -45,6 +43,7 @@ int main(int argc, char** argv) {
       loss.backward();
       optimizer.step();
       std::cout << "step " << step << " loss " << loss.item<double>() << "\n";
+      if (step == 0) std::cout << jitckpt::planOf(rewritten)->str();  // with the plan made
     }
   } catch (const std::exception& e) {  // torch's errors say what to do before their backtrace
     const std::string what = e.what();

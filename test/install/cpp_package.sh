@@ -26,10 +26,17 @@ grep -q "$prefix/lib/libjitckpt.so" <<<"$libs" ||
   { echo "FAIL: jitckpt-train-saved does not load $prefix/lib/libjitckpt.so"; echo "$libs"; exit 1; }
 
 cd "$scratch"
-"$scratch/build/jitckpt-train-example" "$model" 2,3,32,32 0.75 2 | tee train.log
+"$scratch/build/jitckpt-train-example" "$model" 2,3,32,32 min 2 | tee train.log
 grep -q "step 1 loss" train.log || { echo "FAIL: the example did not train"; exit 1; }
+# Rewritten without inputs, it planned at its first step, for that step's inputs.
+grep -q "for inputs \[\[2, 3, 32, 32\]" train.log || { echo "FAIL: the first step made no plan"; exit 1; }
 
 "$prefix/bin/jitckpt" optimize "$model" --input 2,3,32,32 --memory-limit 0.75 -o rewritten.pt
 "$scratch/build/jitckpt-train-saved" rewritten.pt 2,3,32,32 2 | tee saved.log
 grep -q "step 1 loss" saved.log || { echo "FAIL: the rewritten file did not train"; exit 1; }
+
+# A file rewritten without inputs plans in the C++ program that trains it.
+"$prefix/bin/jitckpt" optimize "$model" --memory-limit 0.75 -o deferred.pt
+"$scratch/build/jitckpt-train-saved" deferred.pt 2,3,32,32 2 | tee deferred.log
+grep -q "step 1 loss" deferred.log || { echo "FAIL: the unplanned file did not train"; exit 1; }
 echo "PASS"

@@ -54,6 +54,25 @@ def test_optimize_then_inspect_and_train_a_model_with_infinite_constants(tmp_pat
         assert b.grad is not None and torch.equal(a.grad, b.grad), name
 
 
+def test_optimize_without_inputs_plans_at_the_first_training_call(tmp_path):
+    model, out = tmp_path / "model.pt", tmp_path / "out.pt"
+    torch.jit.save(scripted(), str(model))
+    done = run("optimize", model, "--memory-limit", "min", "-o", out)
+    assert done.returncode == 0, done.stderr
+    assert "first training call" in done.stdout
+    shown = run("inspect", out)
+    assert shown.returncode == 0 and "planned at the first training call" in shown.stdout, shown.stderr
+    loaded, reference = torch.jit.load(str(out)), scripted()
+    assert jitckpt.plan(loaded)["deferred"] and "schedule" not in jitckpt.plan(loaded)
+    x = torch.randn(2, 3, 16, 16)
+    for m in (loaded, reference):
+        with torch.jit.optimized_execution(False):
+            m(x).pow(2).sum().backward()
+    for (name, a), (_, b) in zip(reference.named_parameters(), loaded.named_parameters()):
+        assert b.grad is not None and torch.equal(a.grad, b.grad), name
+    assert jitckpt.plan(loaded)["input_shapes"][0] == [2, 3, 16, 16]
+
+
 def test_a_corrupt_plan_gets_its_reason(tmp_path):
     """A rewritten file whose plan holds a stage graph that does not parse (one byte changed): the
     IR parser's message starts with a blank line, and the reason must still be shown (the command

@@ -47,10 +47,13 @@ def test_first_training_call_plans_and_trains_bit_identically(family):
         model(*family.inputs)
     model.train()
     assert jitckpt.plan(model)["variants"] == [], "a no-grad call planned"
+    assert "planned at the first training call" in jitckpt.dump(model) and "schedule:" not in jitckpt.dump(model)
     assert_same_training(family.name, train(family.make(0), family), train(model, family))
     after = jitckpt.plan(model)
+    assert "schedule:" in jitckpt.dump(model)
     assert len(after["variants"]) == 1 and after["schedule"].count("B(") == after["num_stages"] + 1
-    assert after["memory_limit"] == after["predicted_peak"] < after["unconstrained_peak"]
+    # (equal where no schedule saves anything: on 2.x nn.TransformerEncoder's chain is its last block)
+    assert after["memory_limit"] == after["predicted_peak"] <= after["unconstrained_peak"]
 
 
 def test_each_new_input_key_plans_once():

@@ -65,7 +65,6 @@ void optimize(const OptimizeOptions& o) {
   const auto limit = jitckpt::MemoryLimit::parse(o.limit_text);
   std::vector<c10::IValue> inputs;
   for (const auto& spec : o.inputs) inputs.emplace_back(jitckpt::tools::exampleInput(spec));
-  if (inputs.empty()) throw std::runtime_error("give the forward's inputs with --input");
   requireWritable(o.output_path);
   torch::jit::Module module = loadModule(o.input_path);
   module.train(!o.eval_mode);
@@ -74,6 +73,16 @@ void optimize(const OptimizeOptions& o) {
   options.strategy = jitckpt::solver::parseStrategy(o.strategy);
   options.segments = o.segments;
   options.max_stages = o.max_stages;
+  if (inputs.empty()) {  // planned where it trains, at its first training call
+    options.progress = [](const std::string&) {};
+    torch::jit::Module rewritten = jitckpt::checkpoint(module, limit, options);
+    rewritten.save(o.output_path);
+    std::cout << "wrote " << o.output_path << ": "
+              << requirePlan(rewritten, o.output_path)->numStages() << " stages, limit "
+              << limit.toString()
+              << "; planned at its first training call, for that call's inputs and device\n";
+    return;
+  }
   torch::jit::Module rewritten = jitckpt::checkpoint(module, inputs, limit, options);
   rewritten.save(o.output_path);
   const auto plan = requirePlan(rewritten, o.output_path);
@@ -109,14 +118,14 @@ int main(int argc, char** argv) {
       app.add_subcommand("optimize", "rewrite a saved TorchScript module for a memory limit");
   OptimizeOptions o;
   optimize_command->add_option("model", o.input_path, "saved TorchScript module (.pt)")->required();
-  optimize_command
-      ->add_option("--input,--input-shape", o.inputs,
-                   "each forward input in order: [DTYPE:]SHAPE[=FILL], e.g. 8,3,224,224 (float32, "
-                   "random), int64:4,128 (zeros), bool:4,128=1")
-      ->required();
+  optimize_command->add_option(
+      "--input,--input-shape", o.inputs,
+      "each forward input in order: [DTYPE:]SHAPE[=FILL], e.g. 8,3,224,224 (float32, "
+      "random), int64:4,128 (zeros), bool:4,128=1; without any, the module is "
+      "planned at its first training call");
   optimize_command->add_option("--memory-limit", o.limit_text,
-                               "activation memory: bytes (2GiB, 512MiB) or a fraction of the "
-                               "unconstrained peak (0.5, 50%)");
+                               "activation memory: bytes (2GiB, 512MiB), a fraction of the "
+                               "unconstrained peak (0.5, 50%), min, auto or none");
   optimize_command->add_option("--strategy", o.strategy, "optimal, periodic, revolve or none")
       ->check(CLI::IsMember({"optimal", "periodic", "revolve", "none"}));
   optimize_command->add_option("--slots", o.slots, "memory slots of the solver")
