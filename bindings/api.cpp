@@ -128,6 +128,7 @@ py::dict solutionInfo(const jitckpt::Plan& plan) {
   info["baselines"] = baselinePoints(s.costs);
   py::dict costs;
   costs["uf"] = s.costs.uf;
+  costs["uf_nograd"] = s.costs.uf_nograd.empty() ? s.costs.uf : s.costs.uf_nograd;
   costs["ub"] = s.costs.ub;
   costs["wa"] = s.costs.wa;
   costs["wabar"] = s.costs.wabar;

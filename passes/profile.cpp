@@ -111,10 +111,15 @@ void warmUp(StageRunner& runner, int l, const Tensors& current, int rounds) {
   }
 }
 
-// Median times of Fall and B of stage l over `repeats` runs.
+// Median times of F∅/Fck, Fall and B of stage l over `repeats` runs.
 void measureTimes(StageRunner& runner, int l, const Tensors& current, int repeats,
                   probes::Stopwatch& stopwatch, StageProfile& s) {
-  std::vector<double> forward_ms, backward_ms;
+  std::vector<double> no_grad_ms, forward_ms, backward_ms;
+  for (int r = 0; r < repeats; ++r) {
+    stopwatch.start();
+    runner.forward(l, current);  // its outputs freed inside the timing, as F∅ frees its input
+    no_grad_ms.push_back(stopwatch.stopSeconds() * 1e3);
+  }
   for (int r = 0; r < repeats; ++r) {
     stopwatch.start();
     RecordedStage recorded = runner.recordedForward(l, current);
@@ -127,6 +132,7 @@ void measureTimes(StageRunner& runner, int l, const Tensors& current, int repeat
     runner.backward(l, std::move(recorded), deltas);
     backward_ms.push_back(has_backward ? stopwatch.stopSeconds() * 1e3 : 0.0);
   }
+  s.forward_no_grad_ms = probes::median(no_grad_ms);
   s.forward_ms = probes::median(forward_ms);
   s.backward_ms = probes::median(backward_ms);
 }
@@ -159,6 +165,7 @@ int64_t measureUnconstrainedPeak(StageRunner& runner, const Tensors& chain_input
 
 void appendStage(solver::Costs& c, const StageProfile& s, int l) {
   c.uf.push_back(s.forward_ms);
+  c.uf_nograd.push_back(s.forward_no_grad_ms);
   c.ub.push_back(s.backward_ms);
   c.wa.push_back(s.output_bytes);
   c.wabar.push_back(std::max(s.recorded_bytes, s.output_bytes));
@@ -177,7 +184,7 @@ void appendTerminalStage(solver::Costs& c, const Tensors& chain_outputs) {
       output_grad_bytes += static_cast<int64_t>(t.numel() * t.element_size());
   }
   c.wd.back() = output_grad_bytes;
-  for (auto* v : {&c.uf, &c.ub}) v->push_back(0);
+  for (auto* v : {&c.uf, &c.uf_nograd, &c.ub}) v->push_back(0);
   for (auto* v : {&c.wa, &c.wabar, &c.wd, &c.of, &c.ob}) v->push_back(0);
 }
 
@@ -199,7 +206,10 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   ChainProfile profile;
   profile.device = device.str();
   solver::Costs& c = profile.costs;
-  c = {{0}, {0}, {storageBytes(arguments.inputs)}, {0}, {0}, {0}, {0}};
+  c = solver::Costs{};
+  c.uf = c.uf_nograd = c.ub = {0};
+  c.wa = {storageBytes(arguments.inputs)};
+  c.wabar = c.wd = c.of = c.ob = {0};
   profile.labels = {"input"};
   Tensors current;
   for (const auto& t : arguments.inputs) current.push_back(t.detach());

@@ -26,6 +26,7 @@
 //            afterwards): the paper counts the .grad buffers as model memory, and the gradient in
 //            flight is a transient of B.
 //   uf[l]    median over `repeats` recording forwards (after `warmup` full F+B rounds), ms.
+//   uf_nograd[l]  the same over forwards without recording (Fck, F∅: see solver/costs.h), ms.
 //   ub[l]    median over `repeats` backward calls, each after an untimed recording forward, ms.
 //            On CUDA both are CUDA-event times on the current stream; on the CPU wall time.
 // Memory values are measured once after the warm-up (deterministic on the CPU for deterministic
@@ -62,7 +63,7 @@ struct ProfileOptions {
 
 struct StageProfile {  // the measurements behind one stage's costs, for reports and tests
   std::string label;
-  double forward_ms = 0, backward_ms = 0;
+  double forward_ms = 0, backward_ms = 0, forward_no_grad_ms = 0;
   int64_t output_bytes = 0;      // wa
   int64_t recorded_bytes = 0;    // live bytes after Fall minus before (wabar before max)
   int64_t input_grad_bytes = 0;  // wd[l-1]

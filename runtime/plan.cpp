@@ -74,6 +74,7 @@ std::string Plan::str() const {
     if (!s.deferred) {
       os << ", a " << solver::formatBytes(s.costs.wa[l]) << ", abar "
          << solver::formatBytes(s.costs.wabar[l]) << ", F " << formatMilliseconds(s.costs.uf[l])
+         << " (no grad " << formatMilliseconds(s.costs.noGradForward(l)) << ")"
          << ", B " << formatMilliseconds(s.costs.ub[l]);
     }
     if (stage.writes_activation_input) os << ", writes its input";

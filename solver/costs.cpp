@@ -74,7 +74,9 @@ void validate(const Costs& chain) {
   checkLength(chain.wd.size(), "wd");
   checkLength(chain.of.size(), "of");
   checkLength(chain.ob.size(), "ob");
+  if (!chain.uf_nograd.empty()) checkLength(chain.uf_nograd.size(), "uf_nograd");
   checkNonNegative(chain.uf, "uf");
+  checkNonNegative(chain.uf_nograd, "uf_nograd");
   checkNonNegative(chain.ub, "ub");
   checkNonNegative(chain.wa, "wa");
   checkNonNegative(chain.wabar, "wabar");
@@ -108,6 +110,7 @@ Costs costsFromJson(const std::string& text) {
   chain.wd = readField<int64_t>(json, "wd");
   chain.of = readField<int64_t>(json, "of");
   chain.ob = readField<int64_t>(json, "ob");
+  if (json.contains("uf_nograd")) chain.uf_nograd = readField<double>(json, "uf_nograd");
   validate(chain);
   return chain;
 }
@@ -115,6 +118,7 @@ Costs costsFromJson(const std::string& text) {
 std::string costsToJson(const Costs& chain) {
   Json json = {{"uf", chain.uf}, {"ub", chain.ub}, {"wa", chain.wa}, {"wabar", chain.wabar},
                {"wd", chain.wd}, {"of", chain.of}, {"ob", chain.ob}};
+  if (!chain.uf_nograd.empty()) json["uf_nograd"] = chain.uf_nograd;
   return json.dump(1);
 }
 

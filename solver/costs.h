@@ -16,16 +16,27 @@ namespace jitckpt::solver {
 // every cost 0 except wd[L] = size of the chain output gradient: its Fall/B mark the hand-off to
 // autograd (the forward returns a^L; delta^L arrives from the loss), as F^{L+1}/B^{L+1} do in the
 // paper.
+//
+// Extension of the paper's model: a forward that records the autograd graph (Fall) and one that
+// does not (Fck, F∅) take different times (saving tensors for backward costs allocations and
+// bookkeeping), so uf is Fall's time and uf_nograd, when given, that of Fck and F∅. The simulator,
+// the persistent DP and the exhaustive searches all charge each operation its own time, so the DP
+// stays exactly optimal under the simulator. Without uf_nograd both are uf, as in the paper.
 struct Costs {
-  std::vector<double> uf;      // forward time of stage l
-  std::vector<double> ub;      // backward time of stage l
-  std::vector<int64_t> wa;     // size of a^l (wa[0]: chain input)
-  std::vector<int64_t> wabar;  // size of abar^l: all that B^l needs, a^l included
-  std::vector<int64_t> wd;     // size of delta^l (wd[0]: input gradient)
-  std::vector<int64_t> of;     // forward overhead: peak minus inputs and outputs
-  std::vector<int64_t> ob;     // backward overhead
+  std::vector<double> uf;         // forward time of stage l, recording (Fall)
+  std::vector<double> uf_nograd;  // forward time without recording (Fck, F∅); empty: uf
+  std::vector<double> ub;         // backward time of stage l
+  std::vector<int64_t> wa;        // size of a^l (wa[0]: chain input)
+  std::vector<int64_t> wabar;     // size of abar^l: all that B^l needs, a^l included
+  std::vector<int64_t> wd;        // size of delta^l (wd[0]: input gradient)
+  std::vector<int64_t> of;        // forward overhead: peak minus inputs and outputs
+  std::vector<int64_t> ob;        // backward overhead
 
   int length() const { return static_cast<int>(uf.size()) - 1; }  // L
+  // The time of Fck(l) and F∅(l).
+  double noGradForward(int l) const {
+    return uf_nograd.empty() ? uf[static_cast<size_t>(l)] : uf_nograd[static_cast<size_t>(l)];
+  }
 };
 
 // Throws std::invalid_argument naming the field and the stage when the chain is not well formed
@@ -33,7 +44,8 @@ struct Costs {
 void validate(const Costs& chain);
 
 // JSON form: {"uf":[...], "ub":[...], "wa":[...], "wabar":[...], "wd":[...], "of":[...],
-// "ob":[...]} with L+1 entries each (entry 0 as above). Errors name the field and the stage.
+// "ob":[...]} with L+1 entries each (entry 0 as above), and optionally "uf_nograd". Errors name
+// the field and the stage.
 Costs costsFromJson(const std::string& text);
 std::string costsToJson(const Costs& chain);
 Costs readCostsFile(const std::string& path);

@@ -118,7 +118,8 @@ void PersistentSolver::build() {
   of_ = toSlots(chain_.of);
   ob_ = toSlots(chain_.ob);
   prefix_uf_.assign(L_ + 1, 0.0);
-  for (int l = 1; l <= L_; ++l) prefix_uf_[l] = prefix_uf_[l - 1] + chain_.uf[l];
+  // Fck and F∅ run without recording: their own time (Costs::noGradForward).
+  for (int l = 1; l <= L_; ++l) prefix_uf_[l] = prefix_uf_[l - 1] + chain_.noGradForward(l);
 
   // m_∅(s,t) = wd[t] + max(wa[s] + of[s], max_{s<j<t} wa[j-1] + wa[j] + of[j]) (paper, as is:
   // every F(j), s <= j < t, runs at least once while delta^t is held, so it is a lower bound

@@ -80,8 +80,8 @@ class PersistentSolver {
   int64_t max_limit_ = 0;
   bool revolve_only_ = false;
   std::vector<int64_t> wa_, wabar_, wd_, of_, ob_;  // in slots, capped at S_ + 1
-  std::vector<double> prefix_uf_;                   // prefix_uf_[l] = uf[1] + ... + uf[l]
-  std::vector<int> nomem_;                          // (s,t) -> m_∅ in slots, (L+1) x (L+1)
+  std::vector<double> prefix_uf_;  // prefix_uf_[l]: no-grad forward times of stages 1..l
+  std::vector<int> nomem_;         // (s,t) -> m_∅ in slots, (L+1) x (L+1)
   std::vector<Row> rows_;
   std::vector<std::unique_ptr<float[]>> chunks_;
   size_t chunk_size_ = 0, chunk_used_ = 0;

@@ -53,7 +53,7 @@ SimulationResult simulate(const Costs& chain, const Schedule& schedule) {
           held -= chain.wa[l - 1];
           a[l - 1] = false;
         }
-        result.time += chain.uf[l];
+        result.time += chain.noGradForward(l);
         ++forwards;
         break;
       }

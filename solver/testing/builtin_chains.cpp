@@ -124,6 +124,14 @@ Costs randomCosts(int length, uint64_t seed, int max_size, int max_time) {
     c.of.push_back(uniform(0, 2));
     c.ob.push_back(uniform(0, 2));
   }
+  // No-grad forwards at most as slow as recording ones, drawn apart so that the chains above
+  // stay what they were for every seed.
+  std::mt19937_64 nograd_rng(seed ^ 0x9e3779b97f4a7c15ULL);
+  c.uf_nograd = {0};
+  for (int l = 1; l <= length; ++l) {
+    const int fall = static_cast<int>(c.uf[static_cast<size_t>(l)]);
+    c.uf_nograd.push_back(std::uniform_int_distribution<int>(0, fall)(nograd_rng));
+  }
   return c;
 }
 

@@ -36,6 +36,20 @@ TEST(ChainFile, RoundTrip) {
   EXPECT_EQ(costsFromJson(kGood).length(), 2);
 }
 
+TEST(ChainFile, NoGradForwardTimesRoundTripAndDefaultToUf) {
+  const Costs chain = randomCosts(5, 11, 50, 20);
+  ASSERT_EQ(chain.uf_nograd.size(), chain.uf.size());
+  const Costs back = costsFromJson(costsToJson(chain));
+  EXPECT_EQ(back.uf_nograd, chain.uf_nograd);
+  EXPECT_DOUBLE_EQ(back.noGradForward(3), chain.uf_nograd[3]);
+  const Costs without = costsFromJson(kGood);  // no "uf_nograd": Fck and F∅ take uf
+  EXPECT_TRUE(without.uf_nograd.empty());
+  EXPECT_DOUBLE_EQ(without.noGradForward(1), without.uf[1]);
+  Costs short_field = chain;
+  short_field.uf_nograd.pop_back();
+  EXPECT_THROW(validate(short_field), std::invalid_argument);
+}
+
 TEST(ChainFile, BadFilesNameFieldAndStage) {
   expectError(R"({"uf":[0],"ub":[0],"wa":[1],"wabar":[0],"wd":[1],"of":[0],"ob":[0]})", "empty");
   expectError(R"({"uf":[0,1],"ub":[0,1],"wa":[1,2],"wabar":[0,2],"wd":[1,2],"of":[0,0]})", "'ob'");
