@@ -24,7 +24,7 @@ solver::Costs measuredCosts(std::shared_ptr<const ChainStages> stages,
     return *options.costs;
   }
   ProfileOptions profile_options;
-  profile_options.repeats = options.profile_repeats;
+  profile_options.repeats = options.profile_repeats > 0 ? options.profile_repeats : kProfileRepeats;
   if (options.profile_progress) {
     profile_options.progress = options.profile_progress;
   } else if (options.progress) {
@@ -76,6 +76,8 @@ torch::jit::Module checkpoint(const torch::jit::Module& module,
   Solution solution = solveCosts(measuredCosts(stages, arguments, options, report), limit,
                                  solve_options, inputKey(*stages, arguments));
   solution.outside_gradient_bytes = outside_bytes;
+  solution.profile_repeats =
+      options.profile_repeats > 0 ? options.profile_repeats : kProfileRepeats;
   auto plan = c10::make_intrusive<Plan>(std::move(stages), std::move(solution));
   const Solution& s = plan->solution();
   report("solved (" + solver::toString(s.strategy) + "): predicted peak " +
@@ -92,6 +94,8 @@ torch::jit::Module checkpoint(const torch::jit::Module& module, const MemoryLimi
   partition_options.max_stages = options.max_stages;
   PartitionedClone cloned = partitionClone(module, partition_options, /*share_tensors=*/true);
   Solution solution = deferredSolution(limit, options.strategy, options.slots, options.segments);
+  solution.profile_repeats =
+      options.profile_repeats > 0 ? options.profile_repeats : kFirstCallProfileRepeats;
   solution.outside_gradient_bytes = outsideGradientBytes(cloned.module, cloned.partition);
   auto plan = c10::make_intrusive<Plan>(chainStagesOf(cloned.partition), std::move(solution));
   plan->setVerbose(options.verbose);

@@ -21,12 +21,17 @@ namespace jitckpt {
 using solver::MemoryLimit;
 using solver::Strategy;
 
+constexpr int kProfileRepeats = 5;
+constexpr int kFirstCallProfileRepeats = 3;
+
 struct CheckpointOptions {
   int slots = 500;  // memory discretization of the DP
   Strategy strategy = Strategy::Optimal;
-  int segments = 0;         // periodic: segment count; 0 picks the fastest that fits
-  int max_stages = 0;       // partition: 0 for no limit
-  int profile_repeats = 5;  // timing: median of this many runs after a warm-up
+  int segments = 0;    // periodic: segment count; 0 picks the fastest that fits
+  int max_stages = 0;  // partition: 0 for no limit
+  // Timing: median of this many runs after a warm-up; 0: kProfileRepeats with example inputs,
+  // kFirstCallProfileRepeats at the first training call (its profile is part of a training step).
+  int profile_repeats = 0;
   std::function<void(const std::string&)> progress;  // progress lines; null prints to stderr
   // Called after each profiled stage with (stage, stages): progress bars. Given, it replaces the
   // "profiled stage" lines.

@@ -24,6 +24,7 @@ class ProfilingReplanner final : public Replanner {
     ProfileOptions options;
     if (!shown) options.progress = [](int, int) {};
     options.measure_unconstrained_peak = false;
+    options.repeats = old.profile_repeats;
     const auto start = std::chrono::steady_clock::now();
     solver::Costs costs = profileStages(planned.sharedStages(), arguments, options).costs;
     const InputKey key = inputKey(planned.stages(), arguments);
@@ -33,6 +34,7 @@ class ProfilingReplanner final : public Replanner {
     try {
       Solution solution = solveCosts(std::move(costs), old.requested_limit, solve_options, key);
       solution.outside_gradient_bytes = old.outside_gradient_bytes;
+      solution.profile_repeats = old.profile_repeats;
       auto plan = c10::make_intrusive<Plan>(planned.sharedStages(), std::move(solution));
       if (shown) {
         const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - start;

@@ -81,7 +81,7 @@ def checkpoint(
     slots: int = 500,
     max_stages: int = 0,
     segments: int = 0,
-    profile_repeats: int = 5,
+    profile_repeats: int = 0,
     verbose: bool = False,
     progress: Optional[Any] = None,
     reuse_profile_of: Optional[torch.jit.ScriptModule] = None,
@@ -101,6 +101,8 @@ def checkpoint(
     with `module`; the module itself is left as it was. Profiling shows a progress bar on a
     terminal (tqdm where installed) or with verbose=True (which also prints what each step did);
     progress: a callable(stage, stages) called instead after each profiled stage.
+    profile_repeats: timed runs per stage and direction (their median is kept); 0: 5 with example
+    inputs, 3 at the first training call (whose step the profile is part of).
     reuse_profile_of: a module rewritten from the same model and input shapes, whose measured
     stage costs are reused instead of profiling.
     """
