@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <iomanip>
 #include <iostream>
+#include <sstream>
 
 #include "jitckpt/jitckpt.h"  // linkedLibrary
 #include "passes/profile.h"
@@ -38,10 +40,12 @@ class ProfilingReplanner final : public Replanner {
       auto plan = c10::make_intrusive<Plan>(planned.sharedStages(), std::move(solution));
       if (shown) {
         const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - start;
-        std::cerr << "jitckpt: planned for inputs [" << key.str() << "] in " << seconds.count()
-                  << " s: limit " << solver::formatBytes(plan->solution().memory_limit)
-                  << ", predicted peak " << solver::formatBytes(plan->solution().predicted_peak)
-                  << "\n";
+        std::ostringstream line;  // (its own stream: precision is sticky)
+        line << "jitckpt: planned for inputs [" << key.str() << "] in " << std::setprecision(3)
+             << seconds.count() << " s: limit "
+             << solver::formatBytes(plan->solution().memory_limit) << ", predicted peak "
+             << solver::formatBytes(plan->solution().predicted_peak) << "\n";
+        std::cerr << line.str();
       }
       return plan;
     } catch (const c10::Error& e) {

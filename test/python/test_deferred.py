@@ -74,6 +74,18 @@ def test_each_new_input_key_plans_once():
         assert v["memory_limit"] == int(0.6 * v["unconstrained_peak"])
 
 
+def test_first_call_profiling_is_silent_off_a_terminal_unless_verbose(capfd):
+    family = families.FAMILIES["two_input"]("test")
+    train_step(jitckpt.checkpoint(family.make(0), memory_limit="min"), family, 0)
+    assert capfd.readouterr().err == ""
+    model = jitckpt.checkpoint(family.make(0), memory_limit="min", verbose=True)
+    stages = jitckpt.plan(model)["num_stages"]
+    train_step(model, family, 0)
+    err = capfd.readouterr().err
+    # (the per-stage lines come at most once a second; the summary always)
+    assert f"{stages} stages" in err and "planned for inputs [[4, 3, 32, 32]" in err, err
+
+
 def test_unplanned_module_saves_and_trains_identically_in_a_fresh_process(family, tmp_path):
     model = jitckpt.checkpoint(family.make(0), memory_limit="min")
     path, out = tmp_path / "model.pt", tmp_path / "records.pt"
