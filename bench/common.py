@@ -4,7 +4,7 @@ import io
 import os
 import statistics
 import time
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -103,9 +103,9 @@ def timed_run(step: Step, device: str, steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
-def paired_ratio(base: Step, other: Step, device: str, steps: int, rounds: int) -> float:
-    """Median over rounds of time(other) / time(base), each round timing one run of `steps` steps
-    of each back to back, the order alternating: slow drifts of the machine cancel out."""
+def paired_ratios(base: Step, other: Step, device: str, steps: int, rounds: int) -> List[float]:
+    """time(other) / time(base) per round, each round timing one run of `steps` steps of each back
+    to back, the order alternating: slow drifts of the machine cancel out."""
     ratios = []
     for i in range(rounds):
         if i % 2 == 0:
@@ -113,7 +113,12 @@ def paired_ratio(base: Step, other: Step, device: str, steps: int, rounds: int) 
         else:
             b, a = timed_run(other, device, steps), timed_run(base, device, steps)
         ratios.append(b / a)
-    return statistics.median(ratios)
+    return ratios
+
+
+def paired_ratio(base: Step, other: Step, device: str, steps: int, rounds: int) -> float:
+    """The median of paired_ratios."""
+    return statistics.median(paired_ratios(base, other, device, steps, rounds))
 
 
 def measure(step: Step, device: str, runs: int = 5, min_seconds: float = 0.5,

@@ -23,6 +23,14 @@ steps as make plain last --min-seconds (the paper: 5 runs, 500 ms), taken in rou
 one run of every point, so that slow spells of the machine fall on all points alike (torch.compile
 points, which a budget change recompiles, are timed at once). Plain and jitckpt unconstrained are
 also timed back to back in --paired-rounds alternating rounds: their ratio is the overhead.
+
+Paired (--paired-rounds > 0): unpaired points of different strategies cannot say which is faster
+when their gap is within the machine's drift, so every checkpoint_sequential and periodic point is
+also paired with an optimal schedule at the same activation memory (periodic: its predicted peak,
+same profile; checkpoint_sequential: its measured step peak less what the measured unconstrained
+step holds beyond its predicted activation peak, the parameters' gradients chiefly) and the two
+are timed back to back in alternating rounds. Written to <name>-paired.csv: the speedup
+(baseline time / optimal time) median, min and max over the rounds, and both measured peaks.
 A point that runs out of memory is recorded with status "oom" and left off the plot, as in the
 paper; a limit that a strategy cannot meet, as "infeasible".
 
@@ -47,11 +55,13 @@ import torch.utils.checkpoint
 import jitckpt
 import summary
 import zoo
-from common import (is_out_of_memory, make_step, pyplot, paired_ratio, release_memory, step_peak, steps_per_run,
-                    timed_run, use_threads)
+from common import (is_out_of_memory, make_step, pyplot, paired_ratio, paired_ratios, release_memory, step_peak,
+                    steps_per_run, timed_run, use_threads)
 
 FIELDS = ["strategy", "parameter", "status", "limit_bytes", "measured_peak", "measured_ms", "throughput",
           "predicted_peak", "predicted_ms", "note"]
+PAIRED_FIELDS = ["baseline", "segments", "status", "baseline_peak", "optimal_limit", "optimal_peak",
+                 "optimal_predicted_peak", "speedup_median", "speedup_min", "speedup_max"]
 STYLES = {"plain": ("s", "red"), "sequential": ("x", "purple"), "periodic": ("+", "gray"),
           "revolve": ("o-", "green"), "optimal": ("^-", "blue"), "compile": ("d-", "orange")}
 
@@ -90,6 +100,7 @@ class Point:
     info: Optional[Dict] = None  # jitckpt's plan: limit, predictions
     note: str = ""
     step: Optional[Callable] = None  # kept until timed
+    factory: Optional[Callable] = None  # makes the step again (paired timing)
     steps: int = 1  # steps per timed run
     peak: int = 0
     timings: List[float] = field(default_factory=list)  # seconds per step, one per run
@@ -101,6 +112,7 @@ class Experiment:
         self.device = args.device
         self.name = f"{args.model}-{args.image}px-batch{args.batch}-{args.device.split(':')[0]}"
         self.points: List[Point] = []
+        self.paired: List[Dict] = []
         self.steps: Optional[int] = None  # steps per timed run, fixed by plain (the paper's rule)
         self.paired_overhead: Optional[float] = None
 
@@ -108,7 +120,7 @@ class Experiment:
                 info: Optional[Dict] = None, interleave: bool = True) -> Point:
         """Warm-up and peak of one point, which is then timed with the others (interleave) or at
         once. Out of memory is recorded, not raised."""
-        point = Point(strategy, parameter, info=info)
+        point = Point(strategy, parameter, info=info, factory=step_factory)
         self.points.append(point)
         try:
             step = step_factory()
@@ -182,6 +194,32 @@ class Experiment:
             return
         self.prepare(strategy, parameter, lambda: make_step(model, x, list(model.parameters())), jitckpt.plan(model))
 
+    def pair(self, baseline: Point, scripted, x, profiled, offset: int) -> None:
+        """Optimal at the baseline's activation memory, timed against it in alternating rounds."""
+        limit = baseline.info["predicted_peak"] if baseline.strategy == "periodic" else baseline.peak - offset
+        row = {"baseline": baseline.strategy, "segments": baseline.parameter, "baseline_peak": baseline.peak,
+               "optimal_limit": int(limit)}
+        try:
+            model = jitckpt.checkpoint(scripted, (x,), memory_limit=max(1, int(limit)), reuse_profile_of=profiled)
+        except RuntimeError as error:
+            row["status"] = "infeasible: " + str(error).strip().splitlines()[0][:120]
+            self.paired.append(row)
+            print(f"paired {baseline.strategy} {baseline.parameter}: {row['status']}", flush=True)
+            return
+        optimal = make_step(model, x, list(model.parameters()))
+        optimal()
+        base = baseline.factory()
+        base()
+        ratios = [1 / r for r in paired_ratios(base, optimal, self.device, self.steps or 1, self.args.paired_rounds)]
+        row.update({"status": "ok", "optimal_peak": step_peak(optimal, self.device),
+                    "optimal_predicted_peak": jitckpt.plan(model)["predicted_peak"],
+                    "speedup_median": statistics.median(ratios), "speedup_min": min(ratios),
+                    "speedup_max": max(ratios)})
+        self.paired.append(row)
+        print(f"paired {baseline.strategy:10s} {str(baseline.parameter):>4s}: optimal x{row['speedup_median']:.3f} "
+              f"[{row['speedup_min']:.3f}, {row['speedup_max']:.3f}] faster, peak "
+              f"{row['optimal_peak'] / 2**20:.2f} MiB against {row['baseline_peak'] / 2**20:.2f} MiB", flush=True)
+
     def run(self) -> None:
         args, device = self.args, self.device
         scripted, eager = zoo.build(args.model, device)
@@ -222,6 +260,10 @@ class Experiment:
             self.jitckpt_point(scripted, x, "revolve", limit, profiled, memory_limit=limit)
             self.jitckpt_point(scripted, x, "optimal", limit, profiled, memory_limit=limit)
         self.time_interleaved()
+        if args.paired_rounds > 0 and unconstrained.status == "ok":
+            offset = unconstrained.peak - first["unconstrained_peak"]
+            for point in [p for p in self.points if p.strategy in ("sequential", "periodic") and p.status == "ok"]:
+                self.pair(point, scripted, x, profiled, offset)
 
         # torch.compile: the budget is read when a step compiles, and a new budget needs a reset
         # that would recompile the earlier points under it: each is timed at once, not interleaved.
@@ -261,8 +303,15 @@ class Experiment:
                          "steps_per_run": self.steps, "command": "bench/models_bench.py " + " ".join(sys.argv[1:])})
         if self.device.startswith("cuda"):
             settings["gpu"] = torch.cuda.get_device_name()
+        if self.paired:
+            figures["paired"] = summary.paired_summary(self.paired)
+            print("\n".join(summary.describe_paired(figures["paired"])))
+            with open(os.path.join(args.out, f"{self.name}-paired.csv"), "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=PAIRED_FIELDS)
+                writer.writeheader()
+                writer.writerows(self.paired)
         with open(os.path.join(args.out, f"{self.name}.json"), "w") as f:
-            json.dump({"settings": settings, "rows": rows, "summary": figures}, f, indent=1)
+            json.dump({"settings": settings, "rows": rows, "summary": figures, "paired": self.paired}, f, indent=1)
         plot(rows, f"{args.model}, {args.image}x{args.image}, batch {args.batch}, {self.device}",
              os.path.join(args.out, f"{self.name}.png"))
 

@@ -119,3 +119,30 @@ def describe(s: Dict) -> List[str]:
     lines.append("timing noise: " + (f"identical schedules spread by {_pct(n['mean_spread'], False)} on average "
                                      f"({n['groups']} groups)" if n else "n/a (no schedule measured twice)"))
     return lines
+
+
+def paired_summary(paired: List[Dict]) -> Dict:
+    """Per baseline: the mean of the paired speedups of optimal (baseline time / optimal time), how
+    many pairs optimal loses by more than their own spread, and how many it ran above the
+    baseline's measured peak."""
+    out = {}
+    for baseline in ("sequential", "periodic"):
+        ok = [p for p in paired if p["baseline"] == baseline and p.get("status") == "ok"]
+        if not ok:
+            continue
+        out[baseline] = {
+            "pairs": len(ok),
+            "mean_speedup": statistics.mean(p["speedup_median"] for p in ok),
+            "losses_beyond_spread": sum(1 for p in ok if p["speedup_max"] < 1),
+            "above_baseline_peak": sum(1 for p in ok if p["optimal_peak"] > p["baseline_peak"]),
+            "infeasible": sum(1 for p in paired if p["baseline"] == baseline and p.get("status") != "ok"),
+        }
+    return out
+
+
+def describe_paired(s: Dict) -> List[str]:
+    names = {"sequential": "checkpoint_sequential", "periodic": "jitckpt periodic"}
+    return [f"paired against {names[b]}: optimal faster by {_pct(v['mean_speedup'] - 1)} on average over "
+            f"{v['pairs']} pairs; {v['losses_beyond_spread']} lost in every round; {v['above_baseline_peak']} "
+            f"measured above the baseline's peak; {v['infeasible']} infeasible"
+            for b, v in s.items()]
