@@ -109,4 +109,12 @@ def test_one_experiment_end_to_end(tmp_path):
     assert result["summary"]["predicted_points"] == sum(
         1 for r in rows if r["status"] == "ok" and r["strategy"] in ("optimal", "periodic", "revolve"))
     assert result["summary"]["paired_overhead"] > 0
+    # Every measured baseline point was paired with optimal at its activation memory.
+    baselines = [r for r in rows if r["strategy"] in ("sequential", "periodic") and r["status"] == "ok"]
+    assert len(result["paired"]) == len(baselines)
+    for pair in result["paired"]:
+        if pair["status"] == "ok":
+            assert pair["speedup_min"] <= pair["speedup_median"] <= pair["speedup_max"], pair
+            assert pair["optimal_peak"] > 0 and pair["baseline_peak"] > 0
+    assert (tmp_path / f"{name}-paired.csv").exists()
     assert (tmp_path / f"{name}.png").exists()
