@@ -17,11 +17,16 @@ packages=(
 )
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+# The downloads, tried three times: a registry's hiccup should not fail the suite.
+retry() { "$@" || { sleep 10; "$@"; } || { sleep 30; "$@"; }; }
 
 if [ ! -x "$root/usr/bin/apt-get" ]; then
   echo "test-torch2: creating a Debian trixie root in $root (debootstrap)"
-  $SUDO rm -rf "$root"
-  $SUDO debootstrap --variant=minbase trixie "$root" http://deb.debian.org/debian >/dev/null
+  create_root() {
+    $SUDO rm -rf "$root"
+    $SUDO debootstrap --variant=minbase trixie "$root" http://deb.debian.org/debian >/dev/null
+  }
+  retry create_root
 fi
 
 # /proc, /dev and /dev/shm for the tests (DDP's worker processes share memory), name resolution
@@ -43,7 +48,7 @@ $SUDO cp /etc/resolv.conf "$root/etc/resolv.conf"
 
 if [ ! -e "$root/.jitckpt-packages" ] || [ "$(cat "$root/.jitckpt-packages")" != "${packages[*]}" ]; then
   echo "test-torch2: installing libtorch 2.x and the test dependencies in $root"
-  $SUDO chroot "$root" /usr/bin/env DEBIAN_FRONTEND=noninteractive bash -c \
+  retry $SUDO chroot "$root" /usr/bin/env DEBIAN_FRONTEND=noninteractive bash -c \
     "apt-get update -qq && apt-get install -y -qq --no-install-recommends ${packages[*]} >/dev/null"
   echo "${packages[*]}" | $SUDO tee "$root/.jitckpt-packages" >/dev/null
 fi
