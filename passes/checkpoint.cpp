@@ -1,6 +1,8 @@
 // The checkpoint pipeline (see checkpoint.h).
 #include "passes/checkpoint.h"
 
+#include <ATen/Parallel.h>
+
 #include <iostream>
 #include <set>
 
@@ -25,6 +27,9 @@ solver::Costs measuredCosts(std::shared_ptr<const ChainStages> stages,
   }
   ProfileOptions profile_options;
   profile_options.repeats = options.profile_repeats > 0 ? options.profile_repeats : kProfileRepeats;
+  // Times depend on the intra-op pool (jitckpt starts no threads of its own): say its size.
+  report("profiling " + std::to_string(stages->size()) + " stages, " +
+         std::to_string(at::get_num_threads()) + " intra-op CPU thread(s)");
   if (options.profile_progress) {
     profile_options.progress = options.profile_progress;
   } else if (options.progress) {
