@@ -67,6 +67,9 @@ def main() -> None:
 
     fmt = jitckpt._C.format_bytes
     print(f"\nplain TorchScript: step {plain_seconds * 1e3:.1f} ms, measured peak {fmt(plain_peak)}")
+    gradient_bytes = sum(p.numel() * p.element_size() for p in plain.parameters())
+    print(f"(measured peaks are whole steps, whose .grad is freed before each: up to {fmt(gradient_bytes)} of "
+          "parameter gradients allocated during backward come on top of the predicted activation peak)")
     print(f"{'strategy':9s} {'limit':>13s} {'pred. peak':>11s} {'meas. peak':>11s} {'pred. ms':>9s} "
           f"{'meas. ms':>9s}  grads")
     for r in rows:
