@@ -15,6 +15,11 @@
 namespace jitckpt {
 namespace {
 
+// The timed runs per stage: as asked, or the default where they are taken.
+int profileRepeats(const CheckpointOptions& options, int by_default) {
+  return options.profile_repeats > 0 ? options.profile_repeats : by_default;
+}
+
 solver::Costs measuredCosts(std::shared_ptr<const ChainStages> stages,
                             const ChainArguments& arguments, const CheckpointOptions& options,
                             const std::function<void(const std::string&)>& report) {
@@ -26,7 +31,7 @@ solver::Costs measuredCosts(std::shared_ptr<const ChainStages> stages,
     return *options.costs;
   }
   ProfileOptions profile_options;
-  profile_options.repeats = options.profile_repeats > 0 ? options.profile_repeats : kProfileRepeats;
+  profile_options.repeats = profileRepeats(options, kProfileRepeats);
   // Times depend on the intra-op pool (jitckpt starts no threads of its own): say its size.
   report("profiling " + std::to_string(stages->size()) + " stages, " +
          std::to_string(at::get_num_threads()) + " intra-op CPU thread(s)");
@@ -81,8 +86,7 @@ torch::jit::Module checkpoint(const torch::jit::Module& module,
   Solution solution = solveCosts(measuredCosts(stages, arguments, options, report), limit,
                                  solve_options, inputKey(*stages, arguments));
   solution.outside_gradient_bytes = outside_bytes;
-  solution.profile_repeats =
-      options.profile_repeats > 0 ? options.profile_repeats : kProfileRepeats;
+  solution.profile_repeats = profileRepeats(options, kProfileRepeats);
   auto plan = c10::make_intrusive<Plan>(std::move(stages), std::move(solution));
   const Solution& s = plan->solution();
   report("solved (" + solver::toString(s.strategy) + "): predicted peak " +
@@ -99,8 +103,7 @@ torch::jit::Module checkpoint(const torch::jit::Module& module, const MemoryLimi
   partition_options.max_stages = options.max_stages;
   PartitionedClone cloned = partitionClone(module, partition_options, /*share_tensors=*/true);
   Solution solution = deferredSolution(limit, options.strategy, options.slots, options.segments);
-  solution.profile_repeats =
-      options.profile_repeats > 0 ? options.profile_repeats : kFirstCallProfileRepeats;
+  solution.profile_repeats = profileRepeats(options, kFirstCallProfileRepeats);
   solution.outside_gradient_bytes = outsideGradientBytes(cloned.module, cloned.partition);
   auto plan = c10::make_intrusive<Plan>(chainStagesOf(cloned.partition), std::move(solution));
   plan->setVerbose(options.verbose);

@@ -62,12 +62,6 @@ std::function<void(int, int)> defaultProgress() {
   };
 }
 
-c10::Device chainDevice(const ChainArguments& arguments) {
-  for (const auto& t : arguments.inputs) return t.device();
-  for (const auto& t : arguments.lifted_tensors) return t.device();
-  return c10::Device(c10::kCPU);
-}
-
 // The bytes of the parameters' gradients B returned.
 int64_t parameterGradBytes(const StageRunner& runner, const StageGradients& gradients) {
   Tensors parameter_grads;
@@ -195,7 +189,7 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   TORCH_CHECK(options.repeats >= 1 && options.warmup >= 0,
               "profileStages: repeats must be >= 1 and warmup >= 0, got ", options.repeats, " and ",
               options.warmup);
-  const c10::Device device = chainDevice(arguments);
+  const c10::Device device = chainDevice(arguments).value_or(c10::Device(c10::kCPU));
   auto probe = probes::makeMemoryProbe(device);  // first: it must see the frees of what follows
   auto stopwatch = probes::makeStopwatch(device);
   StageRunner runner(std::move(stages), arguments, StageRunner::BufferWrites::Scratch);

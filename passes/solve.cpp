@@ -88,12 +88,7 @@ std::pair<int64_t, solver::Selection> selectForLimit(const solver::MemoryLimit& 
 void availableForActivations(const solver::MemoryLimit& limit, const ChainArguments& arguments,
                              int64_t outside_gradient_bytes, SolveOptions& options) {
   if (limit.kind != solver::MemoryLimit::Kind::Auto) return;
-  std::optional<c10::Device> device;
-  for (const auto* tensors : {&arguments.inputs, &arguments.lifted_tensors}) {
-    for (const auto& t : *tensors) {
-      if (!device && t.defined()) device = t.device();
-    }
-  }
+  const std::optional<c10::Device> device = chainDevice(arguments);
   TORCH_CHECK(device, "jitckpt: memory_limit \"auto\" needs a tensor to tell the device; ",
               "give the limit in bytes");
   options.available_bytes = probes::availableMemory(*device);

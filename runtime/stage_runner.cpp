@@ -74,6 +74,15 @@ std::string typeOf(const at::Tensor& t) {
                      : "none";
 }
 
+std::optional<c10::Device> chainDevice(const ChainArguments& arguments) {
+  for (const auto* tensors : {&arguments.inputs, &arguments.lifted_tensors}) {
+    for (const auto& t : *tensors) {
+      if (t.defined()) return t.device();
+    }
+  }
+  return std::nullopt;
+}
+
 InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments) {
   InputKey key;
   auto add = [&](const at::Tensor& t) {

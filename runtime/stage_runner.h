@@ -43,6 +43,10 @@ struct ChainArguments {
 // tensors among the lifted scalars (a padding mask), in order, then the parameters' types.
 InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments);
 
+// The chain's device: that of its first defined input, else of its first defined lifted tensor;
+// none when it holds no tensor.
+std::optional<c10::Device> chainDevice(const ChainArguments& arguments);
+
 // abar^l: the detached inputs of a recorded run (leaves, requiring grad where a gradient flows)
 // and its outputs with their autograd graph. Lifted tensors that require grad (parameters, and
 // side values: an embedding that several stages read) enter the run as detached leaves too, one

@@ -37,6 +37,17 @@ def scripted(seed: int = 0) -> torch.jit.ScriptModule:
     return torch.jit.script(InfiniteBounds().train())
 
 
+def assert_trains_like_the_model(loaded: torch.jit.ScriptModule) -> None:
+    """One step of the file the CLI wrote: the same parameter gradients as scripted(), bit for bit."""
+    reference = scripted()
+    x = torch.randn(2, 3, 16, 16)
+    for m in (loaded, reference):
+        with torch.jit.optimized_execution(False):
+            m(x).pow(2).sum().backward()
+    for (name, a), (_, b) in zip(reference.named_parameters(), loaded.named_parameters()):
+        assert b.grad is not None and torch.equal(a.grad, b.grad), name
+
+
 def test_optimize_then_inspect_and_train_a_model_with_infinite_constants(tmp_path):
     model, out = tmp_path / "model.pt", tmp_path / "out.pt"
     torch.jit.save(scripted(), str(model))
@@ -45,13 +56,8 @@ def test_optimize_then_inspect_and_train_a_model_with_infinite_constants(tmp_pat
     shown = run("inspect", out)
     assert shown.returncode == 0, shown.stderr
     assert "stages" in shown.stdout
-    loaded, reference = torch.jit.load(str(out)), scripted()
-    x = torch.randn(2, 3, 16, 16)
-    for m in (loaded, reference):
-        with torch.jit.optimized_execution(False):
-            m(x).pow(2).sum().backward()
-    for (name, a), (_, b) in zip(reference.named_parameters(), loaded.named_parameters()):
-        assert b.grad is not None and torch.equal(a.grad, b.grad), name
+    loaded = torch.jit.load(str(out))
+    assert_trains_like_the_model(loaded)
 
 
 def test_optimize_without_inputs_plans_at_the_first_training_call(tmp_path):
@@ -62,14 +68,9 @@ def test_optimize_without_inputs_plans_at_the_first_training_call(tmp_path):
     assert "first training call" in done.stdout
     shown = run("inspect", out)
     assert shown.returncode == 0 and "planned at the first training call" in shown.stdout, shown.stderr
-    loaded, reference = torch.jit.load(str(out)), scripted()
+    loaded = torch.jit.load(str(out))
     assert jitckpt.plan(loaded)["deferred"] and "schedule" not in jitckpt.plan(loaded)
-    x = torch.randn(2, 3, 16, 16)
-    for m in (loaded, reference):
-        with torch.jit.optimized_execution(False):
-            m(x).pow(2).sum().backward()
-    for (name, a), (_, b) in zip(reference.named_parameters(), loaded.named_parameters()):
-        assert b.grad is not None and torch.equal(a.grad, b.grad), name
+    assert_trains_like_the_model(loaded)
     assert jitckpt.plan(loaded)["input_shapes"][0] == [2, 3, 16, 16]
 
 
