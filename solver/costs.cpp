@@ -75,6 +75,7 @@ void validate(const Costs& chain) {
   checkLength(chain.of.size(), "of");
   checkLength(chain.ob.size(), "ob");
   if (!chain.uf_nograd.empty()) checkLength(chain.uf_nograd.size(), "uf_nograd");
+  if (!chain.wg.empty()) checkLength(chain.wg.size(), "wg");
   checkNonNegative(chain.uf, "uf");
   checkNonNegative(chain.uf_nograd, "uf_nograd");
   checkNonNegative(chain.ub, "ub");
@@ -83,6 +84,7 @@ void validate(const Costs& chain) {
   checkNonNegative(chain.wd, "wd");
   checkNonNegative(chain.of, "of");
   checkNonNegative(chain.ob, "ob");
+  checkNonNegative(chain.wg, "wg");
   for (size_t l = 1; l < n; ++l) {
     if (chain.wabar[l] < chain.wa[l]) {
       std::ostringstream os;
@@ -111,6 +113,7 @@ Costs costsFromJson(const std::string& text) {
   chain.of = readField<int64_t>(json, "of");
   chain.ob = readField<int64_t>(json, "ob");
   if (json.contains("uf_nograd")) chain.uf_nograd = readField<double>(json, "uf_nograd");
+  if (json.contains("wg")) chain.wg = readField<int64_t>(json, "wg");
   validate(chain);
   return chain;
 }
@@ -119,6 +122,7 @@ std::string costsToJson(const Costs& chain) {
   Json json = {{"uf", chain.uf}, {"ub", chain.ub}, {"wa", chain.wa}, {"wabar", chain.wabar},
                {"wd", chain.wd}, {"of", chain.of}, {"ob", chain.ob}};
   if (!chain.uf_nograd.empty()) json["uf_nograd"] = chain.uf_nograd;
+  if (!chain.wg.empty()) json["wg"] = chain.wg;
   return json.dump(1);
 }
 

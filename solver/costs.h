@@ -22,6 +22,12 @@ namespace jitckpt::solver {
 // bookkeeping), so uf is Fall's time and uf_nograd, when given, that of Fck and F∅. The simulator,
 // the persistent DP and the exhaustive searches all charge each operation its own time, so the DP
 // stays exactly optimal under the simulator. Without uf_nograd both are uf, as in the paper.
+//
+// Second extension: B(l) also produces the gradients of the parameters stage l reads, and they
+// stay allocated until the whole chain's backward ends (they reach autograd, and .grad, with the
+// chain input's gradient). wg[l] is what B(l) leaves held that way: after B(l), wg[l..L] are all
+// held. ob[l] covers B(l)'s own gradients (it holds them at its end). Without wg (the paper's
+// model), gradients are not counted.
 struct Costs {
   std::vector<double> uf;         // forward time of stage l, recording (Fall)
   std::vector<double> uf_nograd;  // forward time without recording (Fck, F∅); empty: uf
@@ -31,12 +37,14 @@ struct Costs {
   std::vector<int64_t> wd;        // size of delta^l (wd[0]: input gradient)
   std::vector<int64_t> of;        // forward overhead: peak minus inputs and outputs
   std::vector<int64_t> ob;        // backward overhead
+  std::vector<int64_t> wg;        // parameter gradients B(l) leaves held; empty: none
 
   int length() const { return static_cast<int>(uf.size()) - 1; }  // L
   // The time of Fck(l) and F∅(l).
   double noGradForward(int l) const {
     return uf_nograd.empty() ? uf[static_cast<size_t>(l)] : uf_nograd[static_cast<size_t>(l)];
   }
+  int64_t gradientBytes(int l) const { return wg.empty() ? 0 : wg[static_cast<size_t>(l)]; }
 };
 
 // Throws std::invalid_argument naming the field and the stage when the chain is not well formed
@@ -44,8 +52,8 @@ struct Costs {
 void validate(const Costs& chain);
 
 // JSON form: {"uf":[...], "ub":[...], "wa":[...], "wabar":[...], "wd":[...], "of":[...],
-// "ob":[...]} with L+1 entries each (entry 0 as above), and optionally "uf_nograd". Errors name
-// the field and the stage.
+// "ob":[...]} with L+1 entries each (entry 0 as above), and optionally "uf_nograd" and "wg". Errors
+// name the field and the stage.
 Costs costsFromJson(const std::string& text);
 std::string costsToJson(const Costs& chain);
 Costs readCostsFile(const std::string& path);

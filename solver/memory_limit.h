@@ -1,9 +1,9 @@
-// The memory limit of activations, the one type every layer uses: bytes, a fraction of the
-// unconstrained activation peak (the no-checkpointing schedule's), unlimited, the smallest limit
-// that works ("min"), or what the device has available when the plan is made ("auto"). Parsed from
-// "2GiB", "512MiB", "1.5GB", "1000000" (bytes), "0.5" or "50%" (fraction), "none", "min",
-// "auto"; printed back. Min and Auto are resolved by the solve step, which knows the chain and the
-// device. Torch-free.
+// The memory limit of a chain (activations, and parameter gradients where the costs have them),
+// the one type every layer uses: bytes, a fraction of the unconstrained peak (the no-checkpointing
+// schedule's), unlimited, the smallest limit that works ("min"), or what the device has available
+// when the plan is made ("auto"). Parsed from "2GiB", "512MiB", "1.5GB", "1000000" (bytes), "0.5"
+// or "50%" (fraction), "none", "min", "auto"; printed back. Min and Auto are resolved by the solve
+// step, which knows the chain and the device. Torch-free.
 #pragma once
 
 #include <cstdint>

@@ -2,20 +2,27 @@
 // builds C[s,t,m] once (m in slots of ceil(M/S) bytes) and answers any limit <= M by
 // backtracking, recomputing the argmins instead of storing them.
 //
-// Speed (ResNet-1001, L = 339, S = 500, well under a second on one core): the memory axis of a
-// row is contiguous and every relaxation is a branch-free shifted add/min over m that the
-// compiler vectorizes; rows are stored compressed (see Row in the header); cells are filled in
-// blocks of columns so that the rows a block reads stay in cache; and a split s' is relaxed only
-// over the m where it can still win: its value is at least uf[s..s'-1] + min C[s',t] +
-// min C[s,s'-1], and the row being built is non-increasing in m, so everything from the first m
-// where the row is already at or below that bound is skipped (exact, also in float arithmetic).
+// Speed (ResNet-1001, L = 339, S = 500: about 0.25 s on one core, bench/solver_bench.cpp): the
+// memory axis of a row is contiguous and every relaxation is a shifted add/min over m in 8-float
+// vectors; rows are stored compressed (see Row in the header), and row-major as well as
+// column-major so that both operands of a split are read in order; cells are filled in blocks of
+// columns so that the rows a block reads stay in cache; and a split s' is relaxed only over the m
+// where it can still win: its value is at least uf[s..s'-1] + min C[s',t] + min C[s,s'-1], and
+// the row being built is non-increasing in m, so the relaxation stops at the first block where
+// the row is already at or below that bound (exact, also in float arithmetic).
 #include "solver/persistent_dp.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include "solver/baselines.h"
 #include "solver/simulator.h"
+
+// The 8-float vectors below pass only between inlined helpers: no ABI is involved.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 
 namespace jitckpt::solver {
 namespace {
@@ -31,45 +38,91 @@ inline float checkpointValue(float forward_time, float right, float left) {
   return (forward_time + right) + left;
 }
 
-// The hot loops: out[m] = min(out[m], candidate(m)) for m in [lo, hi], where an operand is either
-// an array read at m - offset or a constant (the constant tail of a compressed row).
+// The hot loops: out[m] = min(out[m], candidate(m)) for m from lo to hi, where an operand is
+// either an array read at m - offset or a constant (the constant tail of a compressed row). No
+// candidate is below `bound` and `out` is non-increasing in m, so a loop stops at the first block
+// that starts where out[m] <= bound: nothing from there on can change. It returns where it
+// stopped (hi + 1 when it ran to the end). A block relaxes up to kBlock - 1 cells past that
+// point, which leaves them as they are (their candidates are at least bound).
+constexpr int kBlock = 16;
 #define JITCKPT_CLONES __attribute__((target_clones("avx2", "default")))
 
-JITCKPT_CLONES void relaxArrays(float* __restrict out, const float* __restrict right,
-                                int right_offset, const float* __restrict left, int left_offset,
-                                float c, int lo, int hi) {
-  for (int m = lo; m <= hi; ++m) {
-    const float v = checkpointValue(c, right[m - right_offset], left[m - left_offset]);
-    out[m] = v < out[m] ? v : out[m];
-  }
+// Eight floats; GCC's vector extension (two SSE halves in the default clone). The compiler does
+// not vectorize the early-exit loops on its own.
+typedef float Vec8 __attribute__((vector_size(32)));
+inline Vec8 load8(const float* p) {
+  Vec8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store8(float* p, Vec8 v) { std::memcpy(p, &v, sizeof v); }
+inline Vec8 broadcast8(float x) { return Vec8{} + x; }
+inline Vec8 min8(Vec8 a, Vec8 b) { return a < b ? a : b; }
+
+#define JITCKPT_RELAX_UNTIL_BOUND(candidate8, candidate)              \
+  int m = lo;                                                         \
+  for (; m + kBlock - 1 <= hi; m += kBlock) {                         \
+    if (out[m] <= bound) return m;                                    \
+    store8(out + m, min8(candidate8(m), load8(out + m)));             \
+    store8(out + m + 8, min8(candidate8(m + 8), load8(out + m + 8))); \
+  }                                                                   \
+  if (m <= hi && out[m] <= bound) return m;                           \
+  for (; m <= hi; ++m) {                                              \
+    const float v = candidate(m);                                     \
+    out[m] = v < out[m] ? v : out[m];                                 \
+  }                                                                   \
+  return hi + 1
+
+JITCKPT_CLONES int relaxArrays(float* __restrict out, const float* __restrict right,
+                               int right_offset, const float* __restrict left, int left_offset,
+                               float c, float bound, int lo, int hi) {
+  const Vec8 c8 = broadcast8(c);
+#define JITCKPT_CANDIDATE8(i) (c8 + load8(right + (i)-right_offset)) + load8(left + (i)-left_offset)
+#define JITCKPT_CANDIDATE(i) checkpointValue(c, right[(i)-right_offset], left[(i)-left_offset])
+  JITCKPT_RELAX_UNTIL_BOUND(JITCKPT_CANDIDATE8, JITCKPT_CANDIDATE);
+#undef JITCKPT_CANDIDATE8
+#undef JITCKPT_CANDIDATE
 }
 
-JITCKPT_CLONES void relaxRightArray(float* __restrict out, const float* __restrict right,
-                                    int right_offset, float left, float c, int lo, int hi) {
-  for (int m = lo; m <= hi; ++m) {
-    const float v = checkpointValue(c, right[m - right_offset], left);
-    out[m] = v < out[m] ? v : out[m];
-  }
+JITCKPT_CLONES int relaxRightArray(float* __restrict out, const float* __restrict right,
+                                   int right_offset, float left, float c, float bound, int lo,
+                                   int hi) {
+  const Vec8 c8 = broadcast8(c), left8 = broadcast8(left);
+#define JITCKPT_CANDIDATE8(i) (c8 + load8(right + (i)-right_offset)) + left8
+#define JITCKPT_CANDIDATE(i) checkpointValue(c, right[(i)-right_offset], left)
+  JITCKPT_RELAX_UNTIL_BOUND(JITCKPT_CANDIDATE8, JITCKPT_CANDIDATE);
+#undef JITCKPT_CANDIDATE8
+#undef JITCKPT_CANDIDATE
 }
 
-JITCKPT_CLONES void relaxLeftArray(float* __restrict out, float right, const float* __restrict left,
-                                   int left_offset, float c, int lo, int hi) {
-  for (int m = lo; m <= hi; ++m) {
-    const float v = checkpointValue(c, right, left[m - left_offset]);
-    out[m] = v < out[m] ? v : out[m];
-  }
+JITCKPT_CLONES int relaxLeftArray(float* __restrict out, float right, const float* __restrict left,
+                                  int left_offset, float c, float bound, int lo, int hi) {
+  const Vec8 right8 = broadcast8(c + right);
+#define JITCKPT_CANDIDATE8(i) right8 + load8(left + (i)-left_offset)
+#define JITCKPT_CANDIDATE(i) checkpointValue(c, right, left[(i)-left_offset])
+  JITCKPT_RELAX_UNTIL_BOUND(JITCKPT_CANDIDATE8, JITCKPT_CANDIDATE);
+#undef JITCKPT_CANDIDATE8
+#undef JITCKPT_CANDIDATE
 }
 
+// The value is the bound itself: it changes only the cells above it, a prefix of the range.
+JITCKPT_CLONES int relaxConstant(float* out, float value, int lo, int hi) {
+  const float bound = value;
+  const Vec8 value8 = broadcast8(value);
+#define JITCKPT_CANDIDATE8(i) value8
+#define JITCKPT_CANDIDATE(i) value
+  JITCKPT_RELAX_UNTIL_BOUND(JITCKPT_CANDIDATE8, JITCKPT_CANDIDATE);
+#undef JITCKPT_CANDIDATE8
+#undef JITCKPT_CANDIDATE
+}
+
+// C_all's candidates have no useful bound (they are relaxed first, into an empty row).
 JITCKPT_CLONES void relaxAllArray(float* __restrict out, const float* __restrict sub,
                                   int sub_offset, float c, int lo, int hi) {
   for (int m = lo; m <= hi; ++m) {
     const float v = allValue(c, sub[m - sub_offset]);
     out[m] = v < out[m] ? v : out[m];
   }
-}
-
-void relaxConstant(float* out, float v, int lo, int hi) {
-  for (int m = lo; m <= hi; ++m) out[m] = v < out[m] ? v : out[m];
 }
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -89,12 +142,19 @@ PersistentSolver::PersistentSolver(const Costs& chain, int64_t max_limit, int sl
   build();
 }
 
-// Paper: m_all(s,t) = max(wd[t] + wabar[s] + of[s], wd[s] + wabar[s] + ob[s]). Departure: B(s)
-// also holds the delta^{s-1} it produces (simulator rule), hence + wd[s-1].
+// Paper: m_all(s,t) = max(wd[t] + wabar[s] + of[s], wd[s] + wabar[s] + ob[s]). Departures: B(s)
+// also holds the delta^{s-1} it produces (simulator rule), hence + wd[s-1], and it runs beside
+// the parameter gradients of s+1..t.
 int PersistentSolver::ememSlots(int s, int t) const {
   const int64_t forward = wd_[t] + wabar_[s] + of_[s];
-  const int64_t backward = wd_[s] + wabar_[s] + wd_[s - 1] + ob_[s];
+  const int64_t backward = wd_[s] + wabar_[s] + wd_[s - 1] + ob_[s] + gradientSlots(s + 1, t);
   return static_cast<int>(std::min<int64_t>(std::max(forward, backward), S_ + 1));
+}
+
+int PersistentSolver::gradientSlots(int first, int last) const {
+  if (first > last) return 0;
+  const int64_t bytes = prefix_wg_[last] - prefix_wg_[first - 1];
+  return static_cast<int>(std::min<int64_t>(ceilDiv(bytes, slot_), S_ + 1));
 }
 
 float PersistentSolver::value(int s, int t, int m) const {
@@ -120,6 +180,8 @@ void PersistentSolver::build() {
   prefix_uf_.assign(L_ + 1, 0.0);
   // Fck and F∅ run without recording: their own time (Costs::noGradForward).
   for (int l = 1; l <= L_; ++l) prefix_uf_[l] = prefix_uf_[l - 1] + chain_.noGradForward(l);
+  prefix_wg_.assign(L_ + 1, 0);
+  for (int l = 1; l <= L_; ++l) prefix_wg_[l] = prefix_wg_[l - 1] + chain_.gradientBytes(l);
 
   // m_∅(s,t) = wd[t] + max(wa[s] + of[s], max_{s<j<t} wa[j-1] + wa[j] + of[j]) (paper, as is:
   // every F(j), s <= j < t, runs at least once while delta^t is held, so it is a lower bound
@@ -135,6 +197,7 @@ void PersistentSolver::build() {
   }
 
   rows_.assign(static_cast<size_t>(L_) * (L_ + 1) / 2, Row{});
+  rows_by_start_.assign(static_cast<size_t>(L_ + 1) * (L_ + 1), Row{});
   chunks_.clear();
   chunk_size_ = std::max<size_t>(size_t{1} << 20, static_cast<size_t>(S_) + 1);
   chunk_used_ = chunk_size_;
@@ -169,44 +232,38 @@ void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer) {
         relaxConstant(out, allValue(stage_time, sub.min), split_at, S_);
       }
     }
-    // C_ck: Fck(s), F∅(s+1..s'-1), solve (s', t) beside a^{s'-1}, then (s, s'-1).
+    // C_ck: Fck(s), F∅(s+1..s'-1), solve (s', t) beside a^{s'-1}, then (s, s'-1) beside the
+    // parameter gradients of s'..t.
     const int nomem = nomemSlots(s, t);
     for (int split = s + 1; split <= t; ++split) {
       const Row& right = rows_[rowIndex(split, t)];
-      const Row& left = rows_[rowIndex(s, split - 1)];
+      const Row& left = rows_by_start_[rowByStartIndex(s, split - 1)];
       const int shift = static_cast<int>(wa_[split - 1]);
-      const int lo = std::max({nomem, shift + right.first, left.first});
+      const int left_shift = gradientSlots(split, t);
+      const int lo = std::max({nomem, shift + right.first, left_shift + left.first});
       if (lo > S_) continue;
       const float forward_time = static_cast<float>(prefix_uf_[split - 1] - prefix_uf_[s - 1]);
-      // No m where the row already is at or below this split's best value can improve.
       const float bound = checkpointValue(forward_time, right.min, left.min);
-      int a = lo, b = S_ + 1;
-      while (a < b) {
-        const int mid = (a + b) / 2;
-        if (out[mid] <= bound)
-          b = mid;
-        else
-          a = mid + 1;
-      }
-      const int hi = a - 1;
-      if (lo > hi) continue;
-      // [lo, hi] in up to three pieces: both rows in their stored middle, one in its tail, both.
+      // [lo, S] in up to three pieces: both rows in their stored middle, one in its tail, both
+      // in their tails; each stops where the row is already at or below this split's bound.
       const int right_tail = std::max(lo, shift + right.end);
-      const int left_tail = std::max(lo, left.end);
-      const int both = std::min({right_tail, left_tail, hi + 1});
-      const float* right_data = right.data;
-      const float* left_data = left.data;
-      relaxArrays(out, right_data, shift + right.first, left_data, left.first, forward_time, lo,
-                  both - 1);
+      const int left_tail = std::max(lo, left_shift + left.end);
+      const int both = std::min({right_tail, left_tail, S_ + 1});
+      int m = relaxArrays(out, right.data, shift + right.first, left.data, left_shift + left.first,
+                          forward_time, bound, lo, both - 1);
+      if (m < both) continue;
       if (right_tail < left_tail) {
-        relaxLeftArray(out, right.min, left_data, left.first, forward_time, both,
-                       std::min(hi, left_tail - 1));
+        const int last = std::min(S_, left_tail - 1);
+        m = relaxLeftArray(out, right.min, left.data, left_shift + left.first, forward_time, bound,
+                           both, last);
+        if (m <= last) continue;
       } else {
-        relaxRightArray(out, right_data, shift + right.first, left.min, forward_time, both,
-                        std::min(hi, right_tail - 1));
+        const int last = std::min(S_, right_tail - 1);
+        m = relaxRightArray(out, right.data, shift + right.first, left.min, forward_time, bound,
+                            both, last);
+        if (m <= last) continue;
       }
-      relaxConstant(out, checkpointValue(forward_time, right.min, left.min),
-                    std::max(right_tail, left_tail), hi);
+      relaxConstant(out, bound, std::max(right_tail, left_tail), S_);
     }
   }
   // Compress: first finite m, and the start of the constant tail.
@@ -227,6 +284,7 @@ void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer) {
   std::copy(out + first, out + end, stored);
   chunk_used_ += width;
   row.data = stored;
+  rows_by_start_[rowByStartIndex(s, t)] = row;
 }
 
 void PersistentSolver::backtrack(int s, int t, int m, Schedule& out) const {
@@ -250,16 +308,17 @@ void PersistentSolver::backtrack(int s, int t, int m, Schedule& out) const {
   if (m >= nomemSlots(s, t)) {
     for (int split = s + 1; split <= t; ++split) {
       const int shift = static_cast<int>(wa_[split - 1]);
-      if (m < shift) continue;
+      const int left_shift = gradientSlots(split, t);
+      if (m < shift || m < left_shift) continue;
       const float forward_time = static_cast<float>(prefix_uf_[split - 1] - prefix_uf_[s - 1]);
-      if (checkpointValue(forward_time, value(split, t, m - shift), value(s, split - 1, m)) !=
-          target)
+      if (checkpointValue(forward_time, value(split, t, m - shift),
+                          value(s, split - 1, m - left_shift)) != target)
         continue;
       // Algorithm 2 says F∅ up to s'; the forward run ends at s'-1 (its time is uf[s..s'-1]).
       out.push_back({OpKind::ForwardCheck, s});
       for (int j = s + 1; j < split; ++j) out.push_back({OpKind::ForwardNone, j});
       backtrack(split, t, m - shift, out);
-      backtrack(s, split - 1, m, out);
+      backtrack(s, split - 1, m - left_shift, out);
       return;
     }
   }
@@ -270,6 +329,11 @@ int64_t PersistentSolver::minFeasibleLimit() const {
   const Row& top = rows_[rowIndex(1, L_)];
   const int64_t m = top.first + wa_[0];
   return top.first <= S_ && m <= S_ ? m * slot_ : -1;
+}
+
+size_t PersistentSolver::tableBytes() const {
+  return chunks_.size() * chunk_size_ * sizeof(float) +
+         (rows_.size() + rows_by_start_.size()) * sizeof(Row) + nomem_.size() * sizeof(int);
 }
 
 SolveResult PersistentSolver::solve(int64_t limit) const {

@@ -7,6 +7,9 @@
 //    that B(s) produces coexists with its inputs (the paper omits wd[s-1]).
 //  - Algorithm 2 lists F∅ up to s'; the forward run of C_ck ends at F∅(s'-1), as its time
 //    (sum of uf[s..s'-1]) says.
+//  - Parameter gradients (Costs::wg, an extension of the paper's model): (s,t) is solved beside
+//    the gradients of stages after t, so they are outside its m; (s, s'-1) in C_ck runs beside
+//    those of s'..t, and B(s) in C_all beside those of s+1..t.
 //  - Sizes are rounded up to slots and a limit rounded down, so the real peak of a schedule
 //    is never above the limit it was solved for. With slot size 1 (S = M) the DP is exact.
 #pragma once
@@ -51,6 +54,7 @@ class PersistentSolver {
   int64_t slotSize() const { return slot_; }
   int64_t maxLimit() const { return max_limit_; }
   int64_t minFeasibleLimit() const;  // -1 when none up to maxLimit()
+  size_t tableBytes() const;         // memory the table holds (rows and their values)
 
  private:
   // Row (s,t) of the table, compressed: C[s,t,m] is +inf for m < first, data[offset + m - first]
@@ -66,9 +70,14 @@ class PersistentSolver {
   };
   // Column-major triangle: column t holds s = 1..t contiguously.
   static size_t rowIndex(int s, int t) { return static_cast<size_t>(t) * (t - 1) / 2 + (s - 1); }
+  // The same rows again, row-major (row s holds t = s..L): a cell reads its left rows (s, s'-1)
+  // in order of s', and the column-major layout would scatter those reads over the table.
+  size_t rowByStartIndex(int s, int t) const { return static_cast<size_t>(s) * (L_ + 1) + t; }
   float value(int s, int t, int m) const;
   int ememSlots(int s, int t) const;
   int nomemSlots(int s, int t) const { return nomem_[static_cast<size_t>(s) * (L_ + 1) + t]; }
+  // Parameter gradients of stages first..last in slots (0 when first > last).
+  int gradientSlots(int first, int last) const;
   void build();
   void computeRow(int s, int t, std::vector<float>& out);
   void backtrack(int s, int t, int m, Schedule& out) const;
@@ -80,9 +89,11 @@ class PersistentSolver {
   int64_t max_limit_ = 0;
   bool revolve_only_ = false;
   std::vector<int64_t> wa_, wabar_, wd_, of_, ob_;  // in slots, capped at S_ + 1
-  std::vector<double> prefix_uf_;  // prefix_uf_[l]: no-grad forward times of stages 1..l
-  std::vector<int> nomem_;         // (s,t) -> m_∅ in slots, (L+1) x (L+1)
+  std::vector<double> prefix_uf_;   // prefix_uf_[l]: no-grad forward times of stages 1..l
+  std::vector<int64_t> prefix_wg_;  // prefix_wg_[l]: parameter gradient bytes of stages 1..l
+  std::vector<int> nomem_;          // (s,t) -> m_∅ in slots, (L+1) x (L+1)
   std::vector<Row> rows_;
+  std::vector<Row> rows_by_start_;
   std::vector<std::unique_ptr<float[]>> chunks_;
   size_t chunk_size_ = 0, chunk_used_ = 0;
 };

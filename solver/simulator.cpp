@@ -62,7 +62,7 @@ SimulationResult simulate(const Costs& chain, const Schedule& schedule) {
         if (!abar[l]) return invalid(i, "abar^" + std::to_string(l) + " is not held");
         if (!input) return invalid(i, "a^" + std::to_string(l - 1) + " is not held");
         result.peak = std::max(result.peak, held + chain.wd[l - 1] + chain.ob[l]);
-        held += chain.wd[l - 1] - chain.wd[l] - chain.wabar[l];
+        held += chain.wd[l - 1] - chain.wd[l] - chain.wabar[l] + chain.gradientBytes(l);
         delta[l] = false;
         abar[l] = false;
         if (a[l - 1]) {  // a lone a^{l-1} is consumed; abar^{l-1}, if held, stays

@@ -11,7 +11,8 @@
 // stage L makes it zero-size) and is complete when delta^0 is produced. The peak of an op is the
 // memory held before it, plus what it produces, plus its overhead (of for every forward kind, ob
 // for B). B(l) produces delta^{l-1} while delta^l, abar^l and a^{l-1} are still held; the paper's
-// m_all leaves delta^{l-1} out, the simulator counts it.
+// m_all leaves delta^{l-1} out, the simulator counts it. B(l) leaves its parameter gradients
+// (Costs::wg) held to the end.
 #pragma once
 
 #include <cstdint>

@@ -60,12 +60,18 @@ std::string infeasibleMessage(const Costs& chain, int64_t limit, Strategy strate
   std::string text = "no " + describe(strategy) + " schedule";
   if (strategy == Strategy::Periodic && options.segments > 0)
     text += " with " + std::to_string(options.segments) + " segments";
-  text += " fits in a memory limit of " + formatBytes(limit) +
-          " for activations (the unconstrained peak is " + formatBytes(unconstrained) + ")";
+  int64_t gradients = 0;
+  for (int l = 1; l <= chain.length(); ++l) gradients += chain.gradientBytes(l);
+  text += " fits in a memory limit of " + formatBytes(limit) + " for activations" +
+          (gradients > 0 ? " and parameter gradients" : "") + " (the unconstrained peak is " +
+          formatBytes(unconstrained) + ")";
   if (selection.min_feasible_limit > 0) {
     text += "; the smallest limit that works is " + formatBytes(selection.min_feasible_limit) +
             " (" + std::to_string(selection.min_feasible_limit) + " bytes)";
   }
+  // Gradients the backward ends up holding are a floor no schedule goes below.
+  if (gradients > 0)
+    text += "; the chain's parameter gradients alone take " + formatBytes(gradients);
   return text + ". Raise the limit, or use a smaller batch or input";
 }
 
@@ -110,8 +116,9 @@ Selection selectSchedule(const Costs& chain, int64_t limit, Strategy strategy,
   };
   switch (strategy) {
     case Strategy::Optimal:
+      // (No revolve-style table: its choices are a subset of the persistent DP's, at the same
+      // slot sizes, so it is never faster; the periodic schedules are not discretized.)
       candidates.consider(solveOptimal(chain, limit, options.slots), "persistent DP");
-      candidates.consider(solveRevolve(chain, limit, options.slots), "revolve-style");
       considerPeriodic(1, segmented);
       candidates.consider(noCheckpointSchedule(chain), "no checkpointing");
       break;

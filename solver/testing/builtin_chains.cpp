@@ -132,6 +132,13 @@ Costs randomCosts(int length, uint64_t seed, int max_size, int max_time) {
     const int fall = static_cast<int>(c.uf[static_cast<size_t>(l)]);
     c.uf_nograd.push_back(std::uniform_int_distribution<int>(0, fall)(nograd_rng));
   }
+  // Parameter gradients, drawn apart too: none for about a third of the stages.
+  std::mt19937_64 gradient_rng(seed ^ 0x2545f4914f6cdd1dULL);
+  c.wg = {0};
+  for (int l = 1; l <= length; ++l) {
+    const int g = std::uniform_int_distribution<int>(-max_size / 2, max_size)(gradient_rng);
+    c.wg.push_back(std::max(0, g));
+  }
   return c;
 }
 

@@ -86,6 +86,7 @@ SearchResult bestAnySequence(const Costs& chain, int64_t limit) {
   };
   auto memory = [&](const State& st) {
     int64_t held = chain.wd[st.delta];
+    for (int l = st.delta + 1; l <= L; ++l) held += chain.gradientBytes(l);  // B(l) has run
     for (int l = 0; l <= L; ++l) {
       if (st.abar >> l & 1)
         held += chain.wabar[l];

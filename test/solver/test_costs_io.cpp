@@ -50,6 +50,18 @@ TEST(ChainFile, NoGradForwardTimesRoundTripAndDefaultToUf) {
   EXPECT_THROW(validate(short_field), std::invalid_argument);
 }
 
+TEST(ChainFile, ParameterGradientsRoundTripAndDefaultToNone) {
+  const Costs chain = randomCosts(5, 11, 50, 20);
+  ASSERT_EQ(chain.wg.size(), chain.uf.size());
+  EXPECT_EQ(costsFromJson(costsToJson(chain)).wg, chain.wg);
+  const Costs without = costsFromJson(kGood);  // no "wg": gradients are not counted
+  EXPECT_TRUE(without.wg.empty());
+  EXPECT_EQ(without.gradientBytes(1), 0);
+  Costs negative = chain;
+  negative.wg[2] = -1;
+  EXPECT_THROW(validate(negative), std::invalid_argument);
+}
+
 TEST(ChainFile, BadFilesNameFieldAndStage) {
   expectError(R"({"uf":[0],"ub":[0],"wa":[1],"wabar":[0],"wd":[1],"of":[0],"ob":[0]})", "empty");
   expectError(R"({"uf":[0,1],"ub":[0,1],"wa":[1,2],"wabar":[0,2],"wd":[1,2],"of":[0,0]})", "'ob'");

@@ -34,6 +34,18 @@ TEST(Simulator, CountsEveryTermOfTable1) {
   EXPECT_EQ(r.recomputations, 0);
 }
 
+TEST(Simulator, ParameterGradientsStayHeldFromTheirBackwardOn) {
+  Costs c = unitChain(2);
+  c.wg = {0, 0, 50};
+  const SimulationResult r = simulate(c, parseSchedule("Fall(1) Fall(2) B(2) B(1)"));
+  ASSERT_TRUE(r.valid && r.complete) << r.reason;
+  // After B(2): 80 + delta1 (10) - delta2 (10) - abar2 (30) + wg2 (50) = 100; B(1): + delta0
+  // (10) + ob (2). Without wg the peak is B(2)'s 92 (CountsEveryTermOfTable1).
+  EXPECT_EQ(r.peak, 112);
+  c.wg = {0, 50, 0};  // B(1) is the last op: its own gradients are in ob
+  EXPECT_EQ(simulate(c, parseSchedule("Fall(1) Fall(2) B(2) B(1)")).peak, 92);
+}
+
 TEST(Simulator, ReportsTheFirstInvalidOp) {
   const Costs c = unitChain(3);
   const SimulationResult r = simulate(c, parseSchedule("Fck(1) Fn(2) Fall(3) B(3) B(2)"));
