@@ -28,7 +28,7 @@ Paired (--paired-rounds > 0): unpaired points of different strategies cannot say
 when their gap is within the machine's drift, so every checkpoint_sequential and periodic point is
 also paired with an optimal schedule at the same activation memory (periodic: its predicted peak,
 same profile; checkpoint_sequential: its measured step peak less what the measured unconstrained
-step holds beyond its predicted activation peak, the parameters' gradients chiefly) and the two
+step holds beyond its predicted peak: the loss, and what the prologue and epilogue hold) and the two
 are timed back to back in alternating rounds. Written to <name>-paired.csv: the speedup
 (baseline time / optimal time) median, min and max over the rounds, and both measured peaks.
 A point that runs out of memory is recorded with status "oom" and left off the plot, as in the

@@ -60,6 +60,18 @@ int64_t outsideGradientBytes(const torch::jit::Module& module, const Partition& 
   return bytes;
 }
 
+// Gradient bytes of the parameters that require grad and that the epilogue reads.
+int64_t epilogueGradientBytes(const torch::jit::Module& module, const Partition& partition) {
+  const std::vector<std::string> read = epilogueAttributePaths(partition);
+  const std::set<std::string> paths(read.begin(), read.end());
+  int64_t bytes = 0;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+    if (p.value.requires_grad() && paths.count(p.name))
+      bytes += static_cast<int64_t>(p.value.numel() * p.value.element_size());
+  }
+  return bytes;
+}
+
 }  // namespace
 
 torch::jit::Module checkpoint(const torch::jit::Module& module,
@@ -81,6 +93,7 @@ torch::jit::Module checkpoint(const torch::jit::Module& module,
       prologueArguments(cloned.module, cloned.partition, example_inputs);
   auto stages = chainStagesOf(cloned.partition);
   SolveOptions solve_options{options.strategy, options.slots, options.segments};
+  solve_options.epilogue_gradient_bytes = epilogueGradientBytes(cloned.module, cloned.partition);
   const int64_t outside_bytes = outsideGradientBytes(cloned.module, cloned.partition);
   availableForActivations(limit, arguments, outside_bytes, solve_options);
   Solution solution = solveCosts(measuredCosts(stages, arguments, options, report), limit,
@@ -105,6 +118,7 @@ torch::jit::Module checkpoint(const torch::jit::Module& module, const MemoryLimi
   Solution solution = deferredSolution(limit, options.strategy, options.slots, options.segments);
   solution.profile_repeats = profileRepeats(options, kFirstCallProfileRepeats);
   solution.outside_gradient_bytes = outsideGradientBytes(cloned.module, cloned.partition);
+  solution.epilogue_gradient_bytes = epilogueGradientBytes(cloned.module, cloned.partition);
   auto plan = c10::make_intrusive<Plan>(chainStagesOf(cloned.partition), std::move(solution));
   plan->setVerbose(options.verbose);
   if (options.progress) {

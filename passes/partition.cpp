@@ -5,6 +5,8 @@
 
 #include <torch/csrc/jit/ir/alias_analysis.h>
 
+#include <set>
+#include <string>
 #include <vector>
 
 #include "passes/partition/steps.h"
@@ -32,6 +34,29 @@ Partition partitionGraph(std::shared_ptr<Graph> graph, const PartitionOptions& o
   steps::buildStages(partition, top, chosen, alias_db);  // 5
   steps::labelStagesByModule(partition);
   return partition;
+}
+
+namespace {
+
+// The tensor attributes `n` reads, in its nested blocks too.
+void collectAttributeReads(const torch::jit::Node* n, std::set<std::string>& paths) {
+  for (const torch::jit::Value* v : n->inputs()) {
+    if (v->node()->kind() == c10::prim::GetAttr && v->type()->isSubtypeOf(*c10::TensorType::get()))
+      paths.insert(partition_steps::attributePath(v));
+  }
+  for (const torch::jit::Block* b : n->blocks()) {
+    for (const torch::jit::Node* inner : b->nodes()) collectAttributeReads(inner, paths);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> epilogueAttributePaths(const Partition& partition) {
+  std::set<std::string> paths;
+  const torch::jit::Node* end = partition.graph->block()->return_node();
+  for (const torch::jit::Node* n = partition.last_node->next(); n != end; n = n->next())
+    collectAttributeReads(n, paths);
+  return {paths.begin(), paths.end()};
 }
 
 }  // namespace jitckpt

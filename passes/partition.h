@@ -64,6 +64,11 @@ struct PartitionOptions {
   bool move_cuts_off_inplace_writes = true;
 };
 
+// Attribute paths ("head.weight") of the tensors that the epilogue (the nodes after the chain
+// region, nested blocks included) reads. The gradients of such parameters are made before the
+// chain's backward starts and held through it.
+std::vector<std::string> epilogueAttributePaths(const Partition& partition);
+
 // `graph` must be inlined (no prim::CallMethod / CallFunction); it is taken over, not copied.
 Partition partitionGraph(std::shared_ptr<torch::jit::Graph> graph,
                          const PartitionOptions& options = {}, const ValueBytes& bytes = {});

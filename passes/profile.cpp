@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <optional>
+#include <set>
 #include <unordered_set>
 #include <utility>
 
@@ -89,8 +91,12 @@ Tensors measureMemory(StageRunner& runner, int l, const Tensors& current,
   const int64_t peak = probe.peakBytes() - base;
   s.input_grad_bytes = storageBytes(gradients.inputs);
   s.parameter_grad_bytes = parameterGradBytes(runner, gradients);
+  for (const auto& [position, gradient] : gradients.lifted) {
+    s.lifted_gradients.emplace_back(firstPositionOf(runner.arguments().lifted_tensors, position),
+                                    storageBytes({gradient}));
+  }
   // B holds the stage's parameter gradients at its end, with transients that may come before
-  // them: ob covers both (once B is done they are model memory, as .grad is).
+  // them: ob covers both (once B is done they are wg's, held to the end of the chain's backward).
   s.backward_overhead = std::max<int64_t>(0, peak - s.input_grad_bytes);
   return outputs;
 }
@@ -147,14 +153,31 @@ int64_t measureUnconstrainedPeak(StageRunner& runner, const Tensors& chain_input
     current = recorded[l]->outputs;
   }
   current.clear();
+  std::map<size_t, at::Tensor> lifted_grads;  // held to the end, as the executor holds them
   for (int l = L; l >= 1; --l) {
-    // The parameters' gradients are dropped after each B: model memory, as .grad is.
     StageGradients gradients = runner.backward(l, std::move(*recorded[l]), delta);
     recorded[l].reset();
     delta = std::move(gradients.inputs);
+    for (auto& [position, gradient] : gradients.lifted) {
+      at::Tensor& sum = lifted_grads[firstPositionOf(runner.arguments().lifted_tensors, position)];
+      sum = sum.defined() ? sum + gradient : std::move(gradient);
+    }
   }
   delta.clear();
   return probe.peakBytes() - base + held_from_start;
+}
+
+// wg: a lifted tensor's gradient is allocated by the first B that returns one (the last stage
+// that reads it) and held to the end; later ones are summed into it.
+std::vector<int64_t> heldGradientBytes(const std::vector<StageProfile>& stages) {
+  std::vector<int64_t> wg(stages.size() + 2, 0);
+  std::set<size_t> held;
+  for (size_t l = stages.size(); l >= 1; --l) {
+    for (const auto& [position, bytes] : stages[l - 1].lifted_gradients) {
+      if (held.insert(position).second) wg[l] += bytes;
+    }
+  }
+  return wg;
 }
 
 void appendStage(solver::Costs& c, const StageProfile& s, int l) {
@@ -220,6 +243,7 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
     progress(l, L);
   }
   appendTerminalStage(c, current);
+  c.wg = heldGradientBytes(profile.stages);
   profile.labels.push_back("loss");
   solver::validate(c);
   profile.unconstrained_peak = solver::simulate(c, solver::noCheckpointSchedule(c)).peak;

@@ -70,6 +70,9 @@ struct StageProfile {  // the measurements behind one stage's costs, for reports
   // Size of the stage's parameter gradients: B returns them, so ob includes them; afterwards they
   // stay until the chain's backward hands them to autograd, as .grad would hold them.
   int64_t parameter_grad_bytes = 0;
+  // The gradients B returned for lifted tensors (parameters and side values): the first position
+  // of each tensor among the lifted ones (see firstPositionOf), and its bytes.
+  std::vector<std::pair<size_t, int64_t>> lifted_gradients;
   int64_t forward_overhead_no_grad = 0, forward_overhead_grad = 0;  // of = max of the two
   int64_t backward_overhead = 0;                                    // ob
 };
@@ -84,8 +87,9 @@ struct ChainProfile {
   // The no-checkpointing peak as the simulator predicts it from `costs`.
   int64_t unconstrained_peak = 0;
   // The same schedule run for real, stage by stage as the executor runs it: peak live bytes above
-  // the baseline plus a^0 and delta^L (held from the start in the simulator). Parameter
-  // gradients are dropped after each B. -1 when not measured.
+  // the baseline plus a^0 and delta^L (held from the start in the simulator). The lifted
+  // tensors' gradients are held to the end, summed per tensor, as the executor holds them.
+  // -1 when not measured.
   int64_t measured_unconstrained_peak = -1;
 };
 

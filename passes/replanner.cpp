@@ -31,6 +31,7 @@ class ProfilingReplanner final : public Replanner {
     solver::Costs costs = profileStages(planned.sharedStages(), arguments, options).costs;
     const InputKey key = inputKey(planned.stages(), arguments);
     SolveOptions solve_options{old.strategy, old.slots, old.segments};
+    solve_options.epilogue_gradient_bytes = old.epilogue_gradient_bytes;
     availableForActivations(old.requested_limit, arguments, old.outside_gradient_bytes,
                             solve_options);
     try {

@@ -74,9 +74,9 @@ std::pair<int64_t, solver::Selection> selectForLimit(const solver::MemoryLimit& 
   solver::Selection smallest = smallestSelection(costs, options);
   TORCH_CHECK(smallest.peak <= budget, "jitckpt: memory_limit \"auto\": the device has ",
               solver::formatBytes(options.available_bytes), " available, which leaves ",
-              solver::formatBytes(std::max<int64_t>(budget, 0)), " for activations (after a ",
-              static_cast<int>(kAutoMargin * 100), "% margin and ",
-              solver::formatBytes(options.pending_gradient_bytes),
+              solver::formatBytes(std::max<int64_t>(budget, 0)),
+              " for activations and gradients (after a ", static_cast<int>(kAutoMargin * 100),
+              "% margin and ", solver::formatBytes(options.pending_gradient_bytes),
               " of parameter gradients), but the smallest limit that works for inputs [",
               input_key.str(), "] is ", solver::formatBytes(smallest.peak),
               ". Free memory, or use a smaller batch or input");
@@ -106,6 +106,9 @@ Solution solveCosts(solver::Costs costs, const solver::MemoryLimit& limit,
   using solver::MemoryLimit;
   Solution s;
   s.costs = std::move(costs);
+  s.costs.wg.resize(s.costs.uf.size(), 0);
+  s.costs.wg.back() = options.epilogue_gradient_bytes;
+  s.epilogue_gradient_bytes = options.epilogue_gradient_bytes;
   s.strategy = options.strategy;
   s.slots = options.slots;
   s.segments = options.segments;

@@ -28,6 +28,9 @@ struct SolveOptions {
   // yet (availableForActivations fills both).
   int64_t available_bytes = -1;
   int64_t pending_gradient_bytes = 0;
+  // Gradients of the epilogue's parameters, held through the chain's backward: solveCosts makes
+  // them the terminal stage's wg (Solution::epilogue_gradient_bytes).
+  int64_t epilogue_gradient_bytes = 0;
 };
 
 constexpr double kAutoMargin = 0.10;

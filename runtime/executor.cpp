@@ -11,17 +11,6 @@
 namespace jitckpt {
 namespace {
 
-// The first position in `lifted` that holds the tensor at `position` itself (tied weights are
-// lifted once per attribute path).
-size_t firstPositionOf(const Tensors& lifted, size_t position) {
-  const at::Tensor& t = lifted[position];
-  if (!t.defined()) return position;
-  for (size_t q = 0; q < position; ++q) {
-    if (lifted[q].is_same(t)) return q;
-  }
-  return position;
-}
-
 Tensors detachAll(const Tensors& tensors) {
   Tensors out;
   out.reserve(tensors.size());

@@ -44,6 +44,9 @@ struct Solution {
   // Gradient bytes of the parameters only the prologue or epilogue read (an embedding before the
   // first stage): "auto" reserves them beside the chain's own.
   int64_t outside_gradient_bytes = 0;
+  // Gradient bytes of the parameters the epilogue reads (a classifier head): made before the
+  // chain's backward and held through it, so the costs count them as the terminal stage's wg.
+  int64_t epilogue_gradient_bytes = 0;
   int profile_repeats = 5;  // timed runs per stage when profiling for other inputs
 };
 

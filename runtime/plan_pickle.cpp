@@ -29,6 +29,7 @@ Json solutionToJson(const Solution& s) {
   meta["segments"] = s.segments;
   meta["requested_limit"] = s.requested_limit.toText();
   meta["outside_gradient_bytes"] = s.outside_gradient_bytes;
+  meta["epilogue_gradient_bytes"] = s.epilogue_gradient_bytes;
   meta["profile_repeats"] = s.profile_repeats;
   if (s.deferred) {  // planned where it runs
     meta["deferred"] = true;
@@ -55,11 +56,14 @@ Solution solutionFromJson(const Json& meta) {
                          solver::parseStrategy(meta.at("strategy").get<std::string>()),
                          meta.at("slots").get<int>(), meta.value("segments", 0));
     s.outside_gradient_bytes = meta.value("outside_gradient_bytes", int64_t{0});
+    s.epilogue_gradient_bytes = meta.value("epilogue_gradient_bytes", int64_t{0});
+    s.epilogue_gradient_bytes = meta.value("epilogue_gradient_bytes", int64_t{0});
     s.profile_repeats = meta.value("profile_repeats", 3);
     return s;
   }
   Solution s;
   s.outside_gradient_bytes = meta.value("outside_gradient_bytes", int64_t{0});
+  s.epilogue_gradient_bytes = meta.value("epilogue_gradient_bytes", int64_t{0});
   s.profile_repeats = meta.value("profile_repeats", 5);
   s.costs = solver::costsFromJson(meta.at("costs").dump());
   s.schedule = solver::parseSchedule(meta.at("schedule").get<std::string>());

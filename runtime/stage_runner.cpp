@@ -83,6 +83,15 @@ std::optional<c10::Device> chainDevice(const ChainArguments& arguments) {
   return std::nullopt;
 }
 
+size_t firstPositionOf(const Tensors& lifted, size_t position) {
+  const at::Tensor& t = lifted[position];
+  if (!t.defined()) return position;
+  for (size_t q = 0; q < position; ++q) {
+    if (lifted[q].is_same(t)) return q;
+  }
+  return position;
+}
+
 InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments) {
   InputKey key;
   auto add = [&](const at::Tensor& t) {

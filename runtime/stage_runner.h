@@ -47,6 +47,10 @@ InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments);
 // none when it holds no tensor.
 std::optional<c10::Device> chainDevice(const ChainArguments& arguments);
 
+// The first position in `lifted` that holds the tensor at `position` itself (tied weights are
+// lifted once per attribute path): where the chain's backward sums that tensor's gradients.
+size_t firstPositionOf(const Tensors& lifted, size_t position);
+
 // abar^l: the detached inputs of a recorded run (leaves, requiring grad where a gradient flows)
 // and its outputs with their autograd graph. Lifted tensors that require grad (parameters, and
 // side values: an embedding that several stages read) enter the run as detached leaves too, one

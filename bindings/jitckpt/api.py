@@ -38,7 +38,7 @@ def _limit_text(memory_limit: MemoryLimit) -> str:
     if isinstance(memory_limit, float):
         if not 0 < memory_limit <= 1:
             raise ValueError(
-                f"memory_limit {memory_limit}: a float is a fraction of the unconstrained activation peak, "
+                f"memory_limit {memory_limit}: a float is a fraction of the unconstrained peak, "
                 "in (0, 1]; give bytes as an int or a string such as '2GiB'"
             )
         return repr(memory_limit)
@@ -94,7 +94,7 @@ def checkpoint(
     plan is made here.
 
     memory_limit: bytes (int), a string ("512MiB", "2GiB", "50%"), a fraction (float) of the
-    unconstrained activation peak, "min" (the smallest limit that works, with the fastest
+    unconstrained peak (activations and the chain's parameter gradients), "min" (the smallest limit that works, with the fastest
     schedule there), "auto" (what the device has available when the plan is made, less a 10%
     margin and the parameter gradients still to come), or None for no limit. strategy: "optimal" (default),
     "periodic", "revolve" or "none", for comparisons. The result shares parameters and buffers

@@ -1,13 +1,13 @@
 // Memory of a rewritten training step: jitckpt::checkpoint under a limit, then one forward and
-// backward measured with the counting allocator. The activation peak must stay within the limit
+// backward measured with the counting allocator. The peak must stay within the limit
 // plus a stated tolerance, and follow the solver's prediction (the simulator's peak of the
 // schedule on the profiled costs).
 //
-// Why a tolerance: the paper's model counts activations only. A real step also holds whatever
-// the prologue and epilogue allocate (here: the loss, a scalar) and autograd's own small tensors
-// (the expanded gradient of sum()). Parameter gradients are not in it: B adds each into the
-// preallocated .grad as autograd makes it (runtime/stage_backward.h), as the profiler measured.
-// So the bound is the limit + 1% of it; the error against the prediction is printed.
+// Why a tolerance: the model counts the chain's activations and its parameter gradients (held
+// beside .grad here, which the warm-up steps allocate, until the chain's backward ends). A real
+// step also holds whatever the prologue and epilogue allocate (here: the loss, a scalar) and
+// autograd's own small tensors (the expanded gradient of sum()). So the bound is the limit + 1%
+// of it; the error against the prediction is printed.
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>

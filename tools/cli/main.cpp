@@ -88,7 +88,7 @@ void optimize(const OptimizeOptions& o) {
   const auto plan = requirePlan(rewritten, o.output_path);
   const jitckpt::Solution& s = plan->solution();
   std::cout << "wrote " << o.output_path << ": " << plan->numStages() << " stages, strategy "
-            << jitckpt::solver::toString(s.strategy) << ", predicted activation peak "
+            << jitckpt::solver::toString(s.strategy) << ", predicted peak "
             << jitckpt::solver::formatBytes(s.predicted_peak) << " of "
             << jitckpt::solver::formatBytes(s.unconstrained_peak)
             << " unconstrained, predicted time " << s.predicted_time << " ms per step\n";

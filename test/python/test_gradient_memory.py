@@ -1,0 +1,113 @@
+"""Parameter gradients in the plan's memory (issue: costs that predict): the chain's backward
+allocates its parameters' gradients stage by stage and holds them until it ends, and the
+epilogue's are made before it starts; the costs count both (wg), so a step whose .grad was freed
+(zero_grad(set_to_none=True)) peaks where the plan says, within the limit."""
+from typing import Optional, Tuple
+
+import pytest
+import torch
+from torch import nn
+
+import jitckpt
+
+X = torch.randn(256, 64)
+
+
+class AuxHead(nn.Module):
+    """A chain of 6 blocks; an auxiliary head (Optional output, as Inception v3's) and a tail after
+    it that the chain cannot take: both in the epilogue."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.Tanh()) for _ in range(6)])
+        self.aux = nn.Linear(64, 10)
+        self.tail = nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 10))
+
+    def forward(self, x) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        h = self.body(x)
+        aux: Optional[torch.Tensor] = None
+        if self.training:
+            aux = self.aux(h)
+        return self.tail(h), aux
+
+
+def scripted(seed=0):
+    torch.manual_seed(seed)
+    return torch.jit.script(AuxHead().train())
+
+
+def loss_of(output):
+    out, aux = output
+    assert aux is not None
+    return out.square().mean() + aux.square().mean()
+
+
+def bytes_of(module, prefix):
+    return sum(p.numel() * p.element_size() for n, p in module.named_parameters() if n.startswith(prefix))
+
+
+def step(module):
+    module.zero_grad(set_to_none=True)
+    with torch.jit.optimized_execution(False):  # the README's definition of bit-identical
+        loss_of(module(X)).backward()
+
+
+def step_peak(module):
+    """Peak bytes of one step above what was held before it, .grad freed before counting."""
+    module.zero_grad(set_to_none=True)
+    with jitckpt.cpu_memory() as memory:
+        step(module)
+    return memory.peak
+
+
+@pytest.fixture(scope="module")
+def profiled():
+    return jitckpt.checkpoint(scripted(), (X,), memory_limit=None, profile_repeats=1)
+
+
+def test_costs_hold_every_stage_and_epilogue_gradient(profiled):
+    info = jitckpt.plan(profiled)
+    wg = info["costs"]["wg"]
+    assert info["num_stages"] == 6 and len(wg) == 8, info["labels"]
+    model = scripted()
+    # One Linear per stage; the terminal stage holds what the epilogue (aux and tail) made.
+    assert wg[1:7] == [bytes_of(model, f"body.{i}.") for i in range(6)]
+    assert wg[7] == bytes_of(model, "aux.") + bytes_of(model, "tail.")
+
+
+@pytest.mark.parametrize("limit", [None, 0.8, "min"])
+def test_measured_step_peak_follows_the_prediction(profiled, limit):
+    model = scripted()
+    rewritten = jitckpt.checkpoint(model, (X,), memory_limit=limit, reuse_profile_of=profiled)
+    info = jitckpt.plan(rewritten)
+    step(rewritten)  # warm-up
+    peak = step_peak(rewritten)
+    # Beyond the chain: the loss and the epilogue's outputs and their gradients (2 x 256 x 10
+    # floats each), a few KiB. Without the gradients in the costs the step would peak about
+    # 100 KiB (the body's and the epilogue's gradients) above the plan.
+    slack = 48 * 1024
+    assert peak <= info["memory_limit"] + slack, (peak, info["predicted_peak"], info["memory_limit"])
+    assert peak >= info["predicted_peak"] - slack, (peak, info["predicted_peak"])
+    # The same gradients as the unmodified model's.
+    plain = scripted()
+    step(plain)
+    for (name, a), b in zip(plain.named_parameters(), model.parameters()):
+        assert torch.equal(a.grad, b.grad), name
+
+
+def test_a_limit_below_the_gradients_says_so(profiled):
+    gradients = sum(jitckpt.plan(profiled)["costs"]["wg"])
+    with pytest.raises(RuntimeError, match="parameter gradients alone take"):
+        jitckpt.checkpoint(scripted(), (X,), memory_limit=gradients // 2, reuse_profile_of=profiled)
+
+
+def test_plans_made_at_the_first_call_count_them_too(profiled, tmp_path):
+    """Without example inputs (and after save and load) the first call plans with the same
+    gradients: the epilogue's bytes travel with the module."""
+    path = str(tmp_path / "deferred.pt")
+    torch.jit.save(jitckpt.checkpoint(scripted(), memory_limit=0.8), path)
+    loaded = torch.jit.load(path)
+    step(loaded)
+    (variant,) = jitckpt.plan(loaded)["variants"]
+    assert variant["unconstrained_peak"] == jitckpt.plan(profiled)["unconstrained_peak"]
+    assert step_peak(loaded) <= variant["memory_limit"] + 48 * 1024
