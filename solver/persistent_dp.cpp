@@ -151,12 +151,6 @@ int PersistentSolver::ememSlots(int s, int t) const {
   return static_cast<int>(std::min<int64_t>(std::max(forward, backward), S_ + 1));
 }
 
-int PersistentSolver::gradientSlots(int first, int last) const {
-  if (first > last) return 0;
-  const int64_t bytes = prefix_wg_[last] - prefix_wg_[first - 1];
-  return static_cast<int>(std::min<int64_t>(ceilDiv(bytes, slot_), S_ + 1));
-}
-
 float PersistentSolver::value(int s, int t, int m) const {
   const Row& r = rows_[rowIndex(s, t)];
   if (m < r.first) return kInf;
@@ -180,8 +174,16 @@ void PersistentSolver::build() {
   prefix_uf_.assign(L_ + 1, 0.0);
   // Fck and F∅ run without recording: their own time (Costs::noGradForward).
   for (int l = 1; l <= L_; ++l) prefix_uf_[l] = prefix_uf_[l - 1] + chain_.noGradForward(l);
-  prefix_wg_.assign(L_ + 1, 0);
-  for (int l = 1; l <= L_; ++l) prefix_wg_[l] = prefix_wg_[l - 1] + chain_.gradientBytes(l);
+  // Gradients of stages first..last in slots, tabled: the DP reads one per split.
+  gradient_slots_.assign(static_cast<size_t>(L_ + 2) * (L_ + 1), 0);
+  for (int first = 1; first <= L_; ++first) {
+    int64_t bytes = 0;
+    for (int last = first; last <= L_; ++last) {
+      bytes += chain_.gradientBytes(last);
+      gradient_slots_[static_cast<size_t>(first) * (L_ + 1) + last] =
+          static_cast<int>(std::min<int64_t>(ceilDiv(bytes, slot_), S_ + 1));
+    }
+  }
 
   // m_∅(s,t) = wd[t] + max(wa[s] + of[s], max_{s<j<t} wa[j-1] + wa[j] + of[j]) (paper, as is:
   // every F(j), s <= j < t, runs at least once while delta^t is held, so it is a lower bound

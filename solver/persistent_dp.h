@@ -77,7 +77,9 @@ class PersistentSolver {
   int ememSlots(int s, int t) const;
   int nomemSlots(int s, int t) const { return nomem_[static_cast<size_t>(s) * (L_ + 1) + t]; }
   // Parameter gradients of stages first..last in slots (0 when first > last).
-  int gradientSlots(int first, int last) const;
+  int gradientSlots(int first, int last) const {
+    return gradient_slots_[static_cast<size_t>(first) * (L_ + 1) + last];
+  }
   void build();
   void computeRow(int s, int t, std::vector<float>& out);
   void backtrack(int s, int t, int m, Schedule& out) const;
@@ -89,9 +91,9 @@ class PersistentSolver {
   int64_t max_limit_ = 0;
   bool revolve_only_ = false;
   std::vector<int64_t> wa_, wabar_, wd_, of_, ob_;  // in slots, capped at S_ + 1
-  std::vector<double> prefix_uf_;   // prefix_uf_[l]: no-grad forward times of stages 1..l
-  std::vector<int64_t> prefix_wg_;  // prefix_wg_[l]: parameter gradient bytes of stages 1..l
-  std::vector<int> nomem_;          // (s,t) -> m_∅ in slots, (L+1) x (L+1)
+  std::vector<double> prefix_uf_;    // prefix_uf_[l]: no-grad forward times of stages 1..l
+  std::vector<int> gradient_slots_;  // (first, last) -> gradients of first..last in slots
+  std::vector<int> nomem_;           // (s,t) -> m_∅ in slots, (L+1) x (L+1)
   std::vector<Row> rows_;
   std::vector<Row> rows_by_start_;
   std::vector<std::unique_ptr<float[]>> chunks_;
