@@ -386,14 +386,31 @@ std::vector<CurvePoint> PersistentSolver::curve() const {
 
 namespace {
 
+// The largest limit of the table that optimalCurve builds.
+int64_t curveMaxLimit(int64_t unconstrained_peak) {
+  return std::max<int64_t>(unconstrained_peak + unconstrained_peak / 4, 1);
+}
+
 SolveResult solveWithFallback(const Costs& chain, int64_t limit, int slots, bool revolve_only) {
   PersistentSolver solver(chain, std::max<int64_t>(limit, 1), slots, revolve_only);
   SolveResult result = solver.solve(std::max<int64_t>(limit, 1));
   result.limit = limit;
-  if (result.feasible || result.min_feasible_limit > 0) return result;
+  if (result.feasible) return result;
+  // Near the smallest limit, rounding sizes up to this table's slots can lose a schedule that the
+  // curve's table (other slots) finds: a limit read off the curve must work, so ask that table.
+  const int64_t none_peak = simulate(chain, noCheckpointSchedule(chain)).peak;
+  if (limit >= 1 && limit <= curveMaxLimit(none_peak)) {
+    SolveResult there =
+        PersistentSolver(chain, curveMaxLimit(none_peak), slots, revolve_only).solve(limit);
+    there.limit = limit;
+    if (there.feasible) return there;
+    if (there.min_feasible_limit > 0 &&
+        (result.min_feasible_limit <= 0 || there.min_feasible_limit < result.min_feasible_limit))
+      result = std::move(there);
+  }
+  if (result.min_feasible_limit > 0) return result;
   // Find the smallest limit that works in a table that surely contains it: every term of the
   // no-checkpointing peak (persistent, and revolve-style too) rounds up by at most one slot.
-  const int64_t none_peak = simulate(chain, noCheckpointSchedule(chain)).peak;
   for (int64_t big = std::max<int64_t>(2 * none_peak, 2 * limit + 1); big > 0; big *= 2) {
     PersistentSolver wide(chain, big, slots, revolve_only);
     const int64_t min_limit = wide.minFeasibleLimit();
@@ -424,8 +441,7 @@ SolveResult solveRevolve(const Costs& chain, int64_t limit, int slots) {
 
 std::vector<CurvePoint> optimalCurve(const Costs& chain, int slots) {
   const int64_t unconstrained = simulate(chain, noCheckpointSchedule(chain)).peak;
-  return PersistentSolver(chain, std::max<int64_t>(unconstrained + unconstrained / 4, 1), slots)
-      .curve();
+  return PersistentSolver(chain, curveMaxLimit(unconstrained), slots).curve();
 }
 
 }  // namespace jitckpt::solver
