@@ -5,7 +5,9 @@ starts with a clean allocator), then writes the suite's summary.
     PYTHONPATH=build/python /usr/bin/python3 bench/paper_suite.py cpu    (scripts/bench.sh cpu)
     PYTHONPATH=build-cuda/python python3 bench/paper_suite.py gpu        (scripts/bench.sh gpu)
 
-Suites: "cpu", small sizes for a 2-core machine (minutes per experiment); "gpu", the paper's
+Suites: "cpu", sizes where activations outweigh the parameters' gradients, as in the paper (about
+20 minutes per experiment on a 2-core machine); "cpu-small", the first, smaller sizes (minutes per
+experiment); "gpu", the paper's
 Figures 4 and 5 (ResNet-101 at 1000x1000, batch 1 to 8; ResNet-1001 at 224, batch 1 to 8) and
 DenseNet-121 and Inception v3 at 500x500. Arguments after the suite's options go to every
 models_bench.py run (--runs 3, --compile-budgets '', ...).
@@ -30,9 +32,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # (model, image side, batch, extra models_bench.py arguments; the command line's come after and win)
 FEW_COMPILE_BUDGETS = ["--compile-budgets", "0.3,1.0"]  # Inductor compiles 333 blocks per budget
+# "cpu": sizes where the activations are several times the parameters' gradients, as on the paper's
+# GPU (profiled sum of abar over the gradients: ResNet-50 6.7x, ResNet-101 2.8x, ResNet-18 7.3x,
+# DenseNet-121 9.5x, Inception v3 6.8x), about 20 minutes each on the 2-core VM. "cpu-small": the
+# first suite's sizes (minutes each), where ResNet's gradients outweigh its activations.
 SUITES = {
-    "cpu": [("resnet18", 128, 8, []), ("resnet50", 96, 4, []), ("resnet101", 96, 4, []),
-            ("densenet121", 96, 4, []), ("inception_v3", 128, 4, [])],
+    "cpu": [("resnet50", 224, 8, []), ("resnet101", 224, 4, []), ("resnet18", 224, 16, []),
+            ("densenet121", 160, 4, []), ("inception_v3", 299, 4, [])],
+    "cpu-small": [("resnet18", 128, 8, []), ("resnet50", 96, 4, []), ("resnet101", 96, 4, []),
+                  ("densenet121", 96, 4, []), ("inception_v3", 128, 4, [])],
     "gpu": [("resnet101", 1000, b, []) for b in (1, 2, 4, 8)]
            + [("resnet1001", 224, b, FEW_COMPILE_BUDGETS) for b in (1, 2, 4, 8)]
            + [("densenet121", 500, 8, []), ("inception_v3", 500, 8, [])],
