@@ -3,6 +3,7 @@
 #
 #   scripts/bench.sh cpu [options]   here (Debian 12, LibTorch 1.13, CPU): installs what is missing,
 #                                   builds into build/, runs the CPU suite into bench/results/cpu
+#                                   (cpu-small: the smaller first suite, into bench/results/cpu-small)
 #   scripts/bench.sh gpu [options]   on a machine with a CUDA GPU whose python3 has PyTorch 2.x:
 #                                   builds against that PyTorch into build-cuda/ (the Python module
 #                                   on, tests and tools off), runs the CUDA checks
@@ -21,11 +22,11 @@ mode=${1:-}
 shift || true
 
 case "$mode" in
-  cpu)
+  cpu | cpu-small)
     ./scripts/install-deps.sh
     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
     cmake --build build -j"$(nproc)"
-    PYTHONPATH=build/python:bench exec /usr/bin/python3 bench/paper_suite.py cpu "$@"
+    PYTHONPATH=build/python:bench exec /usr/bin/python3 bench/paper_suite.py "$mode" "$@"
     ;;
   gpu)
     python=${PYTHON:-python3}
