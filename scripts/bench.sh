@@ -51,7 +51,7 @@ case "$mode" in
     echo "unpacked into .deps/: $(ls .deps/usr/share/cmake)"
     ;;
   *)
-    sed -n '2,17p' "$0" >&2
+    sed -n '2,18p' "$0" >&2
     exit 2
     ;;
 esac
