@@ -19,7 +19,7 @@
 #include "solver/baselines.h"
 #include "solver/simulator.h"
 
-// The 8-float vectors below pass only between inlined helpers: no ABI is involved.
+// The 8-float vectors below pass only between always-inlined helpers: no ABI is involved.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
@@ -48,16 +48,19 @@ constexpr int kBlock = 16;
 #define JITCKPT_CLONES __attribute__((target_clones("avx2", "default")))
 
 // Eight floats; GCC's vector extension (two SSE halves in the default clone). The compiler does
-// not vectorize the early-exit loops on its own.
+// not vectorize the early-exit loops on its own. The helpers are always inlined, so that each
+// clone computes them with its own instructions: called (unoptimized builds), a helper compiled
+// for the default target would pass the vectors another way than the AVX2 clone expects.
 typedef float Vec8 __attribute__((vector_size(32)));
-inline Vec8 load8(const float* p) {
+#define JITCKPT_INLINE inline __attribute__((always_inline))
+JITCKPT_INLINE Vec8 load8(const float* p) {
   Vec8 v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline void store8(float* p, Vec8 v) { std::memcpy(p, &v, sizeof v); }
-inline Vec8 broadcast8(float x) { return Vec8{} + x; }
-inline Vec8 min8(Vec8 a, Vec8 b) { return a < b ? a : b; }
+JITCKPT_INLINE void store8(float* p, Vec8 v) { std::memcpy(p, &v, sizeof v); }
+JITCKPT_INLINE Vec8 broadcast8(float x) { return Vec8{} + x; }
+JITCKPT_INLINE Vec8 min8(Vec8 a, Vec8 b) { return a < b ? a : b; }
 
 #define JITCKPT_RELAX_UNTIL_BOUND(candidate8, candidate)              \
   int m = lo;                                                         \
