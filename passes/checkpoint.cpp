@@ -3,6 +3,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <functional>
 #include <iostream>
 #include <set>
 
@@ -46,30 +47,31 @@ solver::Costs measuredCosts(std::shared_ptr<const ChainStages> stages,
   return profileStages(std::move(stages), arguments, profile_options).costs;
 }
 
-// Gradient bytes of the parameters that require grad and that the chain does not read.
-int64_t outsideGradientBytes(const torch::jit::Module& module, const Partition& partition) {
-  std::set<std::string> in_chain;
-  for (const LiftedInput& l : partition.lifted) {
-    if (l.kind == LiftedKind::Parameter) in_chain.insert(l.name);
-  }
+// Gradient bytes of the parameters that require grad and whose attribute path is `counted`.
+int64_t gradientBytesOf(const torch::jit::Module& module,
+                        const std::function<bool(const std::string&)>& counted) {
   int64_t bytes = 0;
   for (const auto& p : module.named_parameters(/*recurse=*/true)) {
-    if (p.value.requires_grad() && !in_chain.count(p.name))
+    if (p.value.requires_grad() && counted(p.name))
       bytes += static_cast<int64_t>(p.value.numel() * p.value.element_size());
   }
   return bytes;
 }
 
-// Gradient bytes of the parameters that require grad and that the epilogue reads.
+// ... of the parameters that the chain does not read.
+int64_t outsideGradientBytes(const torch::jit::Module& module, const Partition& partition) {
+  std::set<std::string> in_chain;
+  for (const LiftedInput& l : partition.lifted) {
+    if (l.kind == LiftedKind::Parameter) in_chain.insert(l.name);
+  }
+  return gradientBytesOf(module, [&](const std::string& name) { return !in_chain.count(name); });
+}
+
+// ... of the parameters that the epilogue reads.
 int64_t epilogueGradientBytes(const torch::jit::Module& module, const Partition& partition) {
   const std::vector<std::string> read = epilogueAttributePaths(partition);
   const std::set<std::string> paths(read.begin(), read.end());
-  int64_t bytes = 0;
-  for (const auto& p : module.named_parameters(/*recurse=*/true)) {
-    if (p.value.requires_grad() && paths.count(p.name))
-      bytes += static_cast<int64_t>(p.value.numel() * p.value.element_size());
-  }
-  return bytes;
+  return gradientBytesOf(module, [&](const std::string& name) { return paths.count(name) > 0; });
 }
 
 }  // namespace

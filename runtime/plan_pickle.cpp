@@ -57,7 +57,6 @@ Solution solutionFromJson(const Json& meta) {
                          meta.at("slots").get<int>(), meta.value("segments", 0));
     s.outside_gradient_bytes = meta.value("outside_gradient_bytes", int64_t{0});
     s.epilogue_gradient_bytes = meta.value("epilogue_gradient_bytes", int64_t{0});
-    s.epilogue_gradient_bytes = meta.value("epilogue_gradient_bytes", int64_t{0});
     s.profile_repeats = meta.value("profile_repeats", 3);
     return s;
   }
