@@ -8,6 +8,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "bindings/forward_inputs.h"
 #include "bindings/python_warnings.h"
 #include "passes/checkpoint.h"
 #include "passes/strip.h"
@@ -28,13 +29,6 @@ c10::intrusive_ptr<jitckpt::Plan> requirePlan(const torch::jit::Module& module) 
   TORCH_CHECK(
       plan, "this module was not rewritten by jitckpt: call jitckpt.checkpoint(module, ...) first");
   return plan;
-}
-
-std::vector<c10::IValue> toIValues(const py::object& inputs) {
-  std::vector<c10::IValue> values;
-  for (const auto& item : py::cast<py::sequence>(inputs))
-    values.push_back(torch::jit::toTypeInferredIValue(item));
-  return values;
 }
 
 // Parses with the solver's std::invalid_argument turned into a c10::Error (RuntimeError).
@@ -180,7 +174,8 @@ void defineCheckpointApi(py::module_& m) {
           py::gil_scoped_release no_gil;
           return jitckpt::checkpoint(module, limit, options);
         }
-        const auto inputs = toIValues(example_inputs);
+        const auto inputs =
+            jitckpt::bindings::forwardInputs(module, py::cast<py::sequence>(example_inputs));
         py::gil_scoped_release no_gil;  // the autograd engine refuses to run while it is held
         return jitckpt::checkpoint(module, inputs, limit, options);
       },

@@ -6,6 +6,7 @@
 
 #include <sstream>
 
+#include "bindings/forward_inputs.h"
 #include "bindings/python_warnings.h"
 #include "passes/inline_calls.h"
 #include "passes/partition.h"
@@ -30,20 +31,6 @@ jitckpt::PartitionOptions makeOptions(int max_stages, bool move_cuts_off_inplace
   options.max_stages = max_stages;
   options.move_cuts_off_inplace_writes = move_cuts_off_inplace_writes;
   return options;
-}
-
-// Python values for forward's inputs (without self), converted to the types forward declares.
-std::vector<c10::IValue> forwardInputs(const torch::jit::Module& module,
-                                       const py::sequence& inputs) {
-  const auto& graph_inputs = module.get_method("forward").graph()->inputs();
-  if (inputs.size() == 0) return {};  // none given: the partition counts tensors
-  TORCH_CHECK(inputs.size() + 1 == graph_inputs.size(), "forward takes ", graph_inputs.size() - 1,
-              " input(s) besides self, but ", inputs.size(), " were given");
-  std::vector<c10::IValue> values;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    values.push_back(torch::jit::toIValue(inputs[i], graph_inputs[i + 1]->type()));
-  }
-  return values;
 }
 
 py::dict describe(const jitckpt::Partition& partition) {
@@ -119,7 +106,7 @@ PYBIND11_MODULE(_C, m) {
          bool move_cuts_off_inplace_writes) {
         jitckpt::PythonWarnings warnings;
         const auto ts_module = toModule(module);
-        const auto inputs = forwardInputs(ts_module, example_inputs);
+        const auto inputs = jitckpt::bindings::forwardInputs(ts_module, example_inputs);
         py::gil_scoped_release no_gil;
         auto partition = jitckpt::partitionModule(
             ts_module, makeOptions(max_stages, move_cuts_off_inplace_writes), inputs);
@@ -141,7 +128,8 @@ PYBIND11_MODULE(_C, m) {
         const auto partition = jitckpt::partitionModule(
             ts_module, makeOptions(max_stages, move_cuts_off_inplace_writes));
         std::vector<c10::IValue> method_inputs{ts_module._ivalue()};
-        for (auto& v : forwardInputs(ts_module, inputs)) method_inputs.push_back(std::move(v));
+        for (auto& v : jitckpt::bindings::forwardInputs(ts_module, inputs))
+          method_inputs.push_back(std::move(v));
         jitckpt::PartitionedRun run;
         {
           py::gil_scoped_release no_gil;

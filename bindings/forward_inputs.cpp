@@ -1,0 +1,21 @@
+// See forward_inputs.h.
+#include "bindings/forward_inputs.h"
+
+#include <torch/csrc/jit/python/pybind_utils.h>
+
+namespace jitckpt::bindings {
+
+std::vector<c10::IValue> forwardInputs(const torch::jit::Module& module,
+                                       const pybind11::sequence& inputs) {
+  const auto& graph_inputs = module.get_method("forward").graph()->inputs();
+  if (inputs.size() == 0) return {};
+  TORCH_CHECK(inputs.size() + 1 == graph_inputs.size(), "forward takes ", graph_inputs.size() - 1,
+              " input(s) besides self, but ", inputs.size(), " were given");
+  std::vector<c10::IValue> values;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    values.push_back(torch::jit::toIValue(inputs[i], graph_inputs[i + 1]->type()));
+  }
+  return values;
+}
+
+}  // namespace jitckpt::bindings
