@@ -6,6 +6,7 @@
 
 #include "runtime/probes/cuda_probe.h"
 
+#include <ATen/ATen.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
@@ -37,7 +38,11 @@ AllocatedBytes allocatedBytes(c10::DeviceIndex index) {
 
 class CudaMemoryProbe final : public MemoryProbe {
  public:
-  explicit CudaMemoryProbe(c10::Device device) : index_(resolveIndex(device)) {}
+  explicit CudaMemoryProbe(c10::Device device) : index_(resolveIndex(device)) {
+    // PyTorch initializes CUDA lazily; before its first CUDA tensor (2.x) the caching allocator
+    // knows no device and its statistics calls refuse the index. A tensor of one element starts it.
+    (void)at::empty({1}, at::TensorOptions().device(c10::kCUDA, index_));
+  }
   c10::Device device() const override { return c10::Device(c10::kCUDA, index_); }
   int64_t currentBytes() override { return allocatedBytes(index_).current; }
   int64_t peakBytes() override { return allocatedBytes(index_).peak; }
