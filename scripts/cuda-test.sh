@@ -10,6 +10,8 @@
 # CUDA or no GPU is visible. Needs CMake >= 3.18, a C++17 compiler, the CUDA toolkit that PyTorch's
 # CMake config looks for, and nlohmann-json (Debian/Ubuntu: nlohmann-json3-dev; where no registry is
 # reached, `scripts/bench.sh header-deps` on a Debian machine unpacks it into .deps/ to bring along).
+# The C++ compiler must link the shared libstdc++ (CMake refuses one that does not; on the lent GPU
+# machines the `c++` first on PATH does not: run with CXX=/usr/bin/g++).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
