@@ -37,11 +37,6 @@ int64_t storageBytes(const Tensors& tensors) {
   return bytes;
 }
 
-bool anyRequiresGrad(const Tensors& tensors) {
-  return std::any_of(tensors.begin(), tensors.end(),
-                     [](const at::Tensor& t) { return t.requires_grad(); });
-}
-
 // delta = ones for the outputs that require grad (undefined for the others).
 Tensors onesFor(const Tensors& outputs) {
   Tensors out;
@@ -124,9 +119,8 @@ void measureTimes(StageRunner& runner, int l, const Tensors& current, int repeat
     stopwatch.start();
     RecordedStage recorded = runner.recordedForward(l, current);
     forward_ms.push_back(stopwatch.stopSeconds() * 1e3);
-    const bool has_backward =
-        anyRequiresGrad(recorded.outputs) &&
-        (anyRequiresGrad(recorded.leaves) || !runner.gradientTargets(l).empty());
+    const bool has_backward = recorded.outputsHaveGradients() &&
+                              (recorded.inputsGetGradients() || !runner.gradientTargets(l).empty());
     const Tensors deltas = onesFor(recorded.outputs);
     stopwatch.start();
     runner.backward(l, std::move(recorded), deltas);
@@ -151,6 +145,7 @@ int64_t measureUnconstrainedPeak(StageRunner& runner, const Tensors& chain_input
   for (int l = 1; l <= L; ++l) {
     recorded[l] = runner.recordedForward(l, current);
     current = recorded[l]->outputs;
+    recorded[l]->releaseOutputs();  // as the executor: a^l goes once stage l+1 has read it
   }
   current.clear();
   std::map<size_t, at::Tensor> lifted_grads;  // held to the end, as the executor holds them

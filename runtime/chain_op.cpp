@@ -40,10 +40,68 @@ void warnIfGradientsAreHeld(const std::vector<at::Tensor>& lifted) {
       "zero_grad(set_to_none=True) (the default on PyTorch 2.x) to avoid that");
 }
 
+// The gradients of the chain's outputs, between the node that receives them from autograd and the
+// chain's backward, which takes them out.
+struct OutputGradients : public torch::CustomClassHolder {
+  std::vector<size_t> positions;  // the outputs that require grad, in the node's input order
+  variable_list grads;            // as received, one per position
+  bool received = false;
+};
+
+// The grad_fn of the outputs the caller sees. The engine holds the gradients it passes to a node
+// until that node returns (and PyTorch 1.13's custom Functions copy them), so the chain's own
+// backward would hold delta^L to its end, where the unmodified model frees it after the last
+// stage's backward. This node moves them into OutputGradients and passes on none (the chain does
+// not materialize missing gradients), so that the executor holds the only reference.
+struct OutputGradientHandOff : public torch::autograd::Node {
+  explicit OutputGradientHandOff(c10::intrusive_ptr<OutputGradients> slot)
+      : slot_(std::move(slot)) {}
+  variable_list apply(variable_list&& grads) override {
+    slot_->grads = std::move(grads);
+    slot_->received = true;
+    return variable_list(num_outputs());
+  }
+  std::string name() const override { return "jitckpt::OutputGradientHandOff"; }
+  c10::intrusive_ptr<OutputGradients> slot_;
+};
+
+// Aliases of the chain's outputs whose gradients reach the chain through OutputGradientHandOff.
+variable_list handOffOutputs(const variable_list& outputs,
+                             const c10::intrusive_ptr<OutputGradients>& slot) {
+  auto node = std::make_shared<OutputGradientHandOff>(slot);
+  variable_list aliases;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    at::Tensor alias = outputs[i].detach();
+    if (outputs[i].defined() && outputs[i].requires_grad()) {
+      node->add_next_edge(torch::autograd::impl::gradient_edge(outputs[i]));
+      const uint32_t input_nr = node->add_input_metadata(alias);
+      torch::autograd::impl::set_gradient_edge(alias, {node, input_nr});
+      slot->positions.push_back(i);
+    }
+    aliases.push_back(std::move(alias));
+  }
+  return aliases;
+}
+
+// What the chain's backward differentiates with: the gradients OutputGradientHandOff received
+// (moved out, so that B(L) frees them), else those autograd passed; undefined where none.
+variable_list takeOutputGradients(OutputGradients& slot, variable_list grad_outputs) {
+  if (!slot.received) return grad_outputs;
+  variable_list grads(grad_outputs.size());
+  for (size_t k = 0; k < slot.positions.size() && k < slot.grads.size(); ++k)
+    grads[slot.positions[k]] = std::move(slot.grads[k]);
+  slot.grads.clear();
+  slot.received = false;
+  return grads;
+}
+
 struct ChainFunction : public torch::autograd::Function<ChainFunction> {
   static variable_list forward(AutogradContext* ctx, at::TensorList inputs,
                                at::TensorList lifted_tensors, c10::List<c10::IValue> lifted_scalars,
-                               c10::intrusive_ptr<Plan> plan) {
+                               c10::intrusive_ptr<Plan> plan,
+                               c10::intrusive_ptr<OutputGradients> output_gradients) {
+    ctx->set_materialize_grads(false);  // gradients arrive through OutputGradients
+    ctx->saved_data["output_gradients"] = c10::IValue::make_capsule(std::move(output_gradients));
     ChainArguments arguments = argumentsOf(inputs, lifted_tensors, lifted_scalars);
     // Other input shapes than the planned ones get their own plan (made once).
     auto active = planForArguments(plan, arguments);
@@ -67,6 +125,9 @@ struct ChainFunction : public torch::autograd::Function<ChainFunction> {
                 "take that step on the module given to jitckpt.checkpoint (it shares its "
                 "parameters with the rewritten one)");
     warnIfGradientsAreHeld(executor->arguments().lifted_tensors);
+    grad_outputs = takeOutputGradients(*c10::static_intrusive_pointer_cast<OutputGradients>(
+                                           ctx->saved_data.at("output_gradients").toCapsule()),
+                                       std::move(grad_outputs));
     variable_list grads;
     if (torch::autograd::get_current_graph_task_keep_graph()) {
       TORCH_WARN_ONCE(
@@ -76,10 +137,11 @@ struct ChainFunction : public torch::autograd::Function<ChainFunction> {
       grads = executor->runBackwardWholeGraph(grad_outputs);
     } else {
       ctx->saved_data.erase(found);
-      grads = executor->runBackward(grad_outputs);
+      grads = executor->runBackward(std::move(grad_outputs));
     }
     grads.push_back(at::Tensor());  // lifted_scalars
     grads.push_back(at::Tensor());  // plan
+    grads.push_back(at::Tensor());  // output_gradients
     return grads;
   }
 };
@@ -125,7 +187,10 @@ std::vector<at::Tensor> chainAutograd(at::TensorList inputs, at::TensorList lift
       c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
       return chainInference(inputs, lifted_tensors, lifted_scalars, plan);
     }
-    return ChainFunction::apply(inputs, lifted_tensors, lifted_scalars, plan);
+    auto output_gradients = c10::make_intrusive<OutputGradients>();
+    return handOffOutputs(
+        ChainFunction::apply(inputs, lifted_tensors, lifted_scalars, plan, output_gradients),
+        output_gradients);
   } catch (...) {  // out of memory, or any stage's error: the buffers go back to where they were
     rollback.restore();
     throw;

@@ -30,12 +30,27 @@ ScheduleExecutor::ScheduleExecutor(c10::intrusive_ptr<Plan> plan, ChainArguments
       delta_(L_ + 2) {
   a_[0] = detachAll(runner_.arguments().inputs);
   lifted_grads_.resize(runner_.arguments().lifted_tensors.size());
+  const auto& schedule = plan_->solution().schedule;
+  last_read_.assign(L_, schedule.size());
+  for (size_t i = 0; i < schedule.size(); ++i) {
+    const int l = schedule[i].stage;
+    if (schedule[i].kind != solver::OpKind::Backward && l >= 1 && l <= L_) last_read_[l - 1] = i;
+  }
+}
+
+void ScheduleExecutor::releaseAfterLastRead(size_t index) {
+  const auto& op = plan_->solution().schedule[index];
+  const int l = op.stage;
+  if (op.kind == solver::OpKind::Backward || l < 2 || l > L_ || last_read_[l - 1] != index) return;
+  if (abar_[l - 1]) abar_[l - 1]->releaseOutputs();
 }
 
 const Tensors& ScheduleExecutor::stageInput(int l) const {
   if (a_[l - 1]) return *a_[l - 1];
-  TORCH_INTERNAL_ASSERT(abar_[l - 1], "jitckpt executor: stage ", l, " needs a^", l - 1,
-                        ", which is not held (the schedule and the executor disagree)");
+  TORCH_INTERNAL_ASSERT(
+      abar_[l - 1] && abar_[l - 1]->outputs.size() == abar_[l - 1]->output_edges.size(),
+      "jitckpt executor: stage ", l, " needs a^", l - 1,
+      ", which is not held (the schedule and the executor disagree)");
   return abar_[l - 1]->outputs;
 }
 
@@ -100,6 +115,7 @@ Tensors ScheduleExecutor::runForward() {
   for (; next_op_ < schedule.size(); ++next_op_) {
     if (schedule[next_op_].kind == solver::OpKind::Backward) break;
     execute(schedule[next_op_]);
+    releaseAfterLastRead(next_op_);
   }
   TORCH_INTERNAL_ASSERT(next_op_ < schedule.size() && schedule[next_op_].stage == L_ + 1,
                         "jitckpt executor: the schedule's forward part does not end at B(", L_ + 1,
@@ -107,14 +123,16 @@ Tensors ScheduleExecutor::runForward() {
   // Autograd gets aliases, not the tensors that carry the recorded graph of the last stage.
   Tensors outputs = detachAll(stageInput(L_ + 1));
   for (const auto& t : outputs) output_meta_.emplace_back(t.sizes().vec(), t.options());
+  // a^L is read no more (B(L+1) only drops it): the caller's aliases hold it as long as the
+  // caller does, as the unmodified model's outputs are held.
+  a_[L_].reset();
+  if (abar_[L_]) abar_[L_]->releaseOutputs();
   return outputs;
 }
 
-Tensors ScheduleExecutor::definedOutputGrads(const Tensors& output_grads) const {
-  TORCH_INTERNAL_ASSERT(output_grads.size() == output_meta_.size(),
-                        "jitckpt executor: ", output_grads.size(), " output gradients for ",
-                        output_meta_.size(), " outputs");
-  Tensors grads = output_grads;
+Tensors ScheduleExecutor::definedOutputGrads(Tensors grads) const {
+  TORCH_INTERNAL_ASSERT(grads.size() == output_meta_.size(), "jitckpt executor: ", grads.size(),
+                        " output gradients for ", output_meta_.size(), " outputs");
   for (size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined()) grads[i] = at::zeros(output_meta_[i].first, output_meta_[i].second);
   }
@@ -167,10 +185,13 @@ Tensors ScheduleExecutor::runBackwardWholeGraph(const Tensors& output_grads) {
   return result;
 }
 
-Tensors ScheduleExecutor::runBackward(const Tensors& output_grads) {
-  delta_[L_] = definedOutputGrads(output_grads);
+Tensors ScheduleExecutor::runBackward(Tensors output_grads) {
+  delta_[L_] = definedOutputGrads(std::move(output_grads));
   const auto& schedule = plan_->solution().schedule;
-  for (; next_op_ < schedule.size(); ++next_op_) execute(schedule[next_op_]);
+  for (; next_op_ < schedule.size(); ++next_op_) {
+    execute(schedule[next_op_]);
+    releaseAfterLastRead(next_op_);
+  }
   TORCH_INTERNAL_ASSERT(delta_[0], "jitckpt executor: the schedule ended without delta^0");
   Tensors result = std::move(*delta_[0]);
   delta_[0].reset();

@@ -26,7 +26,7 @@ class ScheduleExecutor : public torch::CustomClassHolder {
   Tensors runForward();
   // The rest of the schedule. Returns one gradient per chain input, then one per lifted tensor
   // (undefined where none; the sum over the stages that read it).
-  Tensors runBackward(const Tensors& output_grads);
+  Tensors runBackward(Tensors output_grads);  // moved in: B(L) frees them
   // The same gradients without the schedule, leaving its state as it is, so that a later
   // backward can run (retain_graph=True): every stage runs again recording its graph, the stages
   // connected to each other, and autograd differentiates the whole chain at once (all its
@@ -37,7 +37,10 @@ class ScheduleExecutor : public torch::CustomClassHolder {
   void execute(const solver::Op& op);
   void backward(int l);
   const Tensors& stageInput(int l) const;  // a^{l-1}, alone or inside abar^{l-1}
-  Tensors definedOutputGrads(const Tensors& output_grads) const;  // zeros where none
+  // After the schedule's op at `index`: drops the a^{l-1} inside abar^{l-1} when that op was the
+  // last forward of stage l to read it (its graph keeps what it saved).
+  void releaseAfterLastRead(size_t index);
+  Tensors definedOutputGrads(Tensors grads) const;  // zeros where none
 
   c10::intrusive_ptr<Plan> plan_;
   StageRunner runner_;
@@ -47,6 +50,8 @@ class ScheduleExecutor : public torch::CustomClassHolder {
   std::vector<std::optional<Tensors>> delta_;
   Tensors lifted_grads_;
   size_t next_op_ = 0;
+  // Per l in 0..L-1: the index of the schedule's last forward op of stage l+1 (which reads a^l).
+  std::vector<size_t> last_read_;
   // Shape and options of the chain outputs, for zero gradients where autograd gives none.
   std::vector<std::pair<std::vector<int64_t>, at::TensorOptions>> output_meta_;
 };

@@ -29,31 +29,32 @@ struct ReleasingRoot : public torch::autograd::Node {
   Tensors grads_;
 };
 
-// torch::autograd::grad(roots, wrt, root_grads, allow_unused=true), except that neither the roots
-// (the stage's outputs) nor their gradients are held while the backward runs: the graph keeps what
-// it saved of them, and what it did not save (a residual sum) is freed at once.
-Tensors gradientsOf(Tensors roots, Tensors root_grads, const Tensors& wrt) {
-  torch::autograd::edge_list root_edges, wrt_edges;
-  for (const auto& root : roots) root_edges.push_back(torch::autograd::impl::gradient_edge(root));
-  roots.clear();
+// torch::autograd::grad(roots, wrt, root_grads, allow_unused=true) on gradient edges, except that
+// the roots' gradients are not held while the backward runs: the graph keeps what it saved, and
+// what it did not (a residual sum) is freed at once. An invalid wrt edge gets no gradient.
+Tensors gradientsOf(torch::autograd::edge_list root_edges, Tensors root_grads,
+                    torch::autograd::edge_list wrt_edges) {
   // The root's own input is a placeholder it ignores (the engine needs one, with a device).
   const at::Tensor placeholder = at::zeros({}, root_grads.at(0).options());
   auto root = std::make_shared<ReleasingRoot>(std::move(root_edges), std::move(root_grads));
   root->add_input_metadata(placeholder);
-  for (const auto& t : wrt) {
-    std::shared_ptr<torch::autograd::Node> node = t.grad_fn();
-    if (!node) node = torch::autograd::impl::try_get_grad_accumulator(t);
+  for (auto& edge : wrt_edges) {
     // Unreachable (allow_unused): an edge to a node of its own, as autograd::grad makes.
-    if (!node) {
-      wrt_edges.emplace_back(std::make_shared<torch::autograd::Identity>(), 0);
-    } else {
-      wrt_edges.emplace_back(std::move(node), t.grad_fn() ? t.output_nr() : 0);
-    }
+    if (!edge.is_valid())
+      edge = torch::autograd::Edge(std::make_shared<torch::autograd::Identity>(), 0);
   }
   const torch::autograd::edge_list start{torch::autograd::Edge(std::move(root), 0)};
   return torch::autograd::Engine::get_default_engine().execute(
       start, {placeholder}, /*keep_graph=*/false, /*create_graph=*/false,
       /*accumulate_grad=*/false, wrt_edges);
+}
+
+// The gradient edge of a lifted leaf (a parameter's stand-in): its grad accumulator, which B
+// captures without running.
+torch::autograd::Edge leafEdge(const at::Tensor& leaf) {
+  auto node = torch::autograd::impl::try_get_grad_accumulator(leaf);
+  if (!node) return {};
+  return torch::autograd::Edge(std::move(node), 0);
 }
 
 // Whether `v` is, or holds in a list, tuple or dict, a tensor that requires grad.
@@ -275,13 +276,40 @@ Tensors StageRunner::inference(int l, const Tensors& activations) {
   return run(l, activations, Mode::Inference);
 }
 
+bool RecordedStage::inputsGetGradients() const {
+  return std::any_of(input_edges.begin(), input_edges.end(),
+                     [](const auto& e) { return e.is_valid(); });
+}
+
+bool RecordedStage::outputsHaveGradients() const {
+  return std::any_of(output_edges.begin(), output_edges.end(),
+                     [](const auto& e) { return e.is_valid(); });
+}
+
 RecordedStage StageRunner::recordedForward(int l, const Tensors& activations) {
   RecordedStage recorded;
   const bool gradient_flows = l > 1 || input_requires_grad_;
+  Tensors inputs;
   for (const auto& t : activations) {
-    recorded.leaves.push_back(t.detach().requires_grad_(gradient_flows && t.is_floating_point()));
+    at::Tensor input = t.detach();
+    torch::autograd::Edge edge;
+    if (gradient_flows && t.is_floating_point()) {
+      // A node of the input's own, holding only its metadata: B captures what reaches it. A
+      // leaf's AccumulateGrad would hold the input's storage as long as the graph lives.
+      auto node = std::make_shared<torch::autograd::Identity>();
+      node->add_input_metadata(input);
+      edge = torch::autograd::Edge(std::move(node), 0);
+      torch::autograd::impl::set_gradient_edge(input, edge);
+    }
+    recorded.input_edges.push_back(std::move(edge));
+    inputs.push_back(std::move(input));
   }
-  recorded.outputs = run(l, recorded.leaves, Mode::Record, &recorded.side_leaves);
+  recorded.outputs = run(l, inputs, Mode::Record, &recorded.side_leaves);
+  for (const auto& t : recorded.outputs) {
+    recorded.output_edges.push_back(t.defined() && t.requires_grad()
+                                        ? torch::autograd::impl::gradient_edge(t)
+                                        : torch::autograd::Edge());
+  }
   return recorded;
 }
 
@@ -301,32 +329,35 @@ Tensors StageRunner::gradientTargets(int l) const {
 }
 
 StageGradients StageRunner::backward(int l, RecordedStage recorded, Tensors output_grads) {
-  TORCH_INTERNAL_ASSERT(output_grads.size() == recorded.outputs.size());
-  Tensors roots, root_grads;
-  for (size_t i = 0; i < recorded.outputs.size(); ++i) {
-    if (recorded.outputs[i].requires_grad() && output_grads[i].defined()) {
-      roots.push_back(recorded.outputs[i]);
+  TORCH_INTERNAL_ASSERT(output_grads.size() == recorded.output_edges.size());
+  recorded.releaseOutputs();  // the edges keep the graph alive, no longer
+  torch::autograd::edge_list roots;
+  Tensors root_grads;
+  for (size_t i = 0; i < recorded.output_edges.size(); ++i) {
+    if (recorded.output_edges[i].is_valid() && output_grads[i].defined()) {
+      roots.push_back(std::move(recorded.output_edges[i]));
       root_grads.push_back(std::move(output_grads[i]));
     }
   }
   output_grads.clear();
-  recorded.outputs.clear();  // the roots keep the graph alive, no longer
-  // What the gradient is taken with respect to: the input leaves that require grad, then the
-  // stand-ins of the lifted tensors that do; `targets` says where each result goes.
-  Tensors wrt;
+  recorded.output_edges.clear();
+  // What the gradient is taken with respect to: the inputs that get one, then the stand-ins of
+  // the lifted tensors that require grad; `targets` says where each result goes.
+  torch::autograd::edge_list wrt;
   std::vector<std::pair<bool, size_t>> targets;  // (is input, index)
-  for (size_t i = 0; i < recorded.leaves.size(); ++i) {
-    if (!recorded.leaves[i].requires_grad()) continue;
-    wrt.push_back(recorded.leaves[i]);
+  for (size_t i = 0; i < recorded.input_edges.size(); ++i) {
+    if (!recorded.input_edges[i].is_valid()) continue;
+    wrt.push_back(std::move(recorded.input_edges[i]));
     targets.emplace_back(true, i);
   }
   for (auto& [position, leaf] : recorded.side_leaves) {
-    wrt.push_back(std::move(leaf));
+    wrt.push_back(leafEdge(leaf));
     targets.emplace_back(false, position);
   }
   recorded.side_leaves.clear();
   StageGradients gradients;
-  gradients.inputs.resize(recorded.leaves.size());
+  gradients.inputs.resize(recorded.input_edges.size());
+  recorded.input_edges.clear();
   if (roots.empty() || wrt.empty()) return gradients;
   // Gradients are returned, never written into .grad here: they reach autograd through the op.
   // Nor are they ever taken back out of a leaf's .grad (backward(inputs=) then .grad):
@@ -335,7 +366,7 @@ StageGradients StageRunner::backward(int l, RecordedStage recorded, Tensors outp
   // than the engine's InputBuffer sum the unmodified model passes on, and every reduction over it
   // (a per-channel scale's gradient, sum_to_size) would add in another order
   // (test_layout_exactness.py).
-  Tensors computed = gradientsOf(std::move(roots), std::move(root_grads), wrt);
+  Tensors computed = gradientsOf(std::move(roots), std::move(root_grads), std::move(wrt));
   for (size_t i = 0; i < computed.size(); ++i) {
     if (!computed[i].defined()) continue;
     const auto [is_input, index] = targets[i];

@@ -17,6 +17,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
+#include <torch/csrc/autograd/edge.h>
 
 #include <map>
 #include <memory>
@@ -51,16 +52,27 @@ std::optional<c10::Device> chainDevice(const ChainArguments& arguments);
 // lifted once per attribute path): where the chain's backward sums that tensor's gradients.
 size_t firstPositionOf(const Tensors& lifted, size_t position);
 
-// abar^l: the detached inputs of a recorded run (leaves, requiring grad where a gradient flows)
-// and its outputs with their autograd graph. Lifted tensors that require grad (parameters, and
-// side values: an embedding that several stages read) enter the run as detached leaves too, one
-// per tensor, by position in ChainArguments::lifted_tensors: B stops at them, so the graph before
-// the chain and the parameters' AccumulateGrad (with the user's hooks, DDP's) are reached once,
-// by autograd, with the gradient the op returns.
+// abar^l: a recorded run of stage l. Its inputs enter as detached aliases whose gradient edge
+// (where floating point and a gradient flows) leads to a node of their own that holds no tensor,
+// so that, as in the unmodified model, an input the stage's graph did not save is freed as soon
+// as nothing else holds it; B(l) captures the gradients that reach those edges. The outputs are
+// kept as tensors (a^l, which the next stage's forward reads) until releaseOutputs(), and as
+// gradient edges (the roots of B) to the end. Lifted tensors that require grad (parameters, and
+// side values: an embedding that several stages read) enter the run as detached leaves, one per
+// tensor, by position in ChainArguments::lifted_tensors: B stops at them, so the graph before the
+// chain and the parameters' AccumulateGrad (with the user's hooks, DDP's) are reached once, by
+// autograd, with the gradient the op returns.
 struct RecordedStage {
-  Tensors leaves;
-  Tensors outputs;
+  std::vector<torch::autograd::Edge> input_edges;   // invalid where no gradient flows
+  Tensors outputs;                                  // a^l; empty once released
+  std::vector<torch::autograd::Edge> output_edges;  // invalid where the output needs no gradient
   std::vector<std::pair<size_t, at::Tensor>> side_leaves;
+
+  bool inputsGetGradients() const;
+  bool outputsHaveGradients() const;
+  // Drops a^l (the next stage's forward has read it for the last time); the graph keeps what it
+  // saved of it.
+  void releaseOutputs() { outputs.clear(); }
 };
 
 struct StageGradients {
@@ -93,8 +105,8 @@ class StageRunner {
   Tensors forward(int l, const Tensors& activations);
   // The stage as the caller's grad mode runs it, recording nothing (inference).
   Tensors inference(int l, const Tensors& activations);
-  // Fall(l): the stage on detached leaf copies of its inputs, recording its autograd graph. The
-  // leaves require grad when floating point and a gradient flows there (l > 1, or the chain
+  // Fall(l): the stage on detached aliases of its inputs, recording its autograd graph. An input
+  // gets a gradient edge when floating point and a gradient flows there (l > 1, or the chain
   // input requires grad).
   RecordedStage recordedForward(int l, const Tensors& activations);
   // B(l): consumes a recorded run and the gradients of its outputs (undefined: none); each

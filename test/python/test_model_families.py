@@ -138,13 +138,17 @@ def step_peak_after_warmup(model: torch.jit.ScriptModule, family: families.Famil
 
 
 def test_no_limit_costs_little_memory_over_plain(family, profiled):
-    """memory_limit=None: the rewritten step's peak stays near the unmodified model's. The goal is
-    1.01x; at these tiny sizes fixed costs (a generator clone per random stage, stage boundaries
-    the engine would free earlier) still reach 5% on some families, so the bound is 1.06x."""
+    """memory_limit=None: the rewritten step's peak stays within 1.01x of the unmodified model's.
+    Stage inputs hang on gradient edges that hold no tensor and each a^l goes after its last read,
+    so a boundary the next stage does not save is freed as in the unmodified model; the chain's
+    output gradient is handed to the executor, not held by autograd through the chain's backward.
+    The encoder-decoder is still at 1.025x (13 KiB at these sizes: the memory tensor every decoder
+    block reads), hence its own bound."""
     plain = step_peak_after_warmup(family.make(0), family)
     ours = step_peak_after_warmup(
         jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=None, reuse_profile_of=profiled), family)
-    assert ours <= 1.06 * plain, f"{family.name}: {ours} bytes without a limit, plain {plain} (x{ours / plain:.3f})"
+    bound = 1.03 if family.name == "encoder_decoder" else 1.01
+    assert ours <= bound * plain, f"{family.name}: {ours} bytes without a limit, plain {plain} (x{ours / plain:.3f})"
 
 
 # Loads a saved rewritten module in a fresh process (nothing of this one's state, only the file
