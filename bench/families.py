@@ -494,6 +494,45 @@ def densenet121(size: str = "test", device: str = "cpu") -> Family:
                    f"torchvision DenseNet-121, {image}x{image}")
 
 
+class InceptionBlock(nn.Module):
+    """Four branches over one input, concatenated (GoogLeNet / Inception v3's Mixed blocks): cut
+    between branches, the block input and the finished branches pass through every stage."""
+
+    def __init__(self, c_in: int, width: int):
+        super().__init__()
+        self.branch1x1 = conv_bn_relu(c_in, width)
+        self.branch3x3 = nn.Sequential(conv_bn_relu(c_in, width // 2), conv_bn_relu(width // 2, width))
+        self.branch3x3dbl = nn.Sequential(conv_bn_relu(c_in, width // 2), conv_bn_relu(width // 2, width),
+                                          conv_bn_relu(width, width))
+        self.branch_pool = nn.Sequential(nn.AvgPool2d(3, stride=1, padding=1), conv_bn_relu(c_in, width))
+
+    def forward(self, x: Tensor) -> Tensor:
+        b1 = self.branch1x1(x)
+        b2 = self.branch3x3(x)
+        b3 = self.branch3x3dbl(x)
+        b4 = self.branch_pool(x)
+        return torch.cat([b1, b2, b3, b4], dim=1)
+
+
+class InceptionStyle(nn.Module):
+    def __init__(self, width: int, blocks: int, classes: int, dropout: float):
+        super().__init__()
+        self.stem = conv_bn_relu(3, width)
+        self.blocks = nn.Sequential(*[InceptionBlock(width if i == 0 else 4 * width, width) for i in range(blocks)])
+        self.drop = nn.Dropout(dropout)
+        self.head = nn.Linear(4 * width, classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.drop(self.blocks(self.stem(x)).mean(dim=[2, 3])))
+
+
+def inception(size: str = "test", device: str = "cpu") -> Family:
+    b, image, width, blocks = _pick(size, (2, 24, 8, 3), (8, 64, 32, 4))
+    x = torch.randn(b, 3, image, image, generator=_generator())
+    return _family("inception", lambda: InceptionStyle(width, blocks, 10, 0.2), (x,), blocks, device,
+                   f"{blocks} Inception blocks of 4 branches, width {width}, {image}x{image}")
+
+
 class DictOutput(nn.Module):
     def __init__(self, width: int, convs: int, classes: int, dropout: float):
         super().__init__()
@@ -582,6 +621,7 @@ FAMILIES: Dict[str, Callable[..., Family]] = {
     "two_input": two_input,
     "unet": unet,
     "densenet121": densenet121,
+    "inception": inception,
     "lstm_stack": lstm_stack,
     "gru": gru,
     "dict_output": dict_output,

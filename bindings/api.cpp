@@ -130,6 +130,8 @@ py::dict solutionInfo(const jitckpt::Plan& plan) {
   costs["of"] = s.costs.of;
   costs["ob"] = s.costs.ob;
   costs["wg"] = s.costs.wg.empty() ? std::vector<int64_t>(s.costs.uf.size(), 0) : s.costs.wg;
+  costs["wpass"] =
+      s.costs.wpass.empty() ? std::vector<int64_t>(s.costs.uf.size(), 0) : s.costs.wpass;
   info["costs"] = costs;
   info["input_shapes"] = s.input_key.shapes;
   info["input_types"] = s.input_key.types;

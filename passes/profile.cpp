@@ -37,6 +37,20 @@ int64_t storageBytes(const Tensors& tensors) {
   return bytes;
 }
 
+// Bytes of the distinct storages behind `outputs` that are also behind `inputs`.
+int64_t sharedStorageBytes(const Tensors& outputs, const Tensors& inputs) {
+  std::unordered_set<const void*> held;
+  for (const auto& t : inputs) {
+    if (t.defined() && t.has_storage()) held.insert(t.storage().unsafeGetStorageImpl());
+  }
+  Tensors shared;
+  for (const auto& t : outputs) {
+    if (t.defined() && t.has_storage() && held.count(t.storage().unsafeGetStorageImpl()))
+      shared.push_back(t);
+  }
+  return storageBytes(shared);
+}
+
 // delta = ones for the outputs that require grad (undefined for the others).
 Tensors onesFor(const Tensors& outputs) {
   Tensors out;
@@ -74,6 +88,7 @@ Tensors measureMemory(StageRunner& runner, int l, const Tensors& current,
   int64_t base = probe.resetPeak();
   Tensors outputs = runner.forward(l, current);  // F∅/Fck: keeps a^l
   s.output_bytes = storageBytes(outputs);
+  s.passed_bytes = sharedStorageBytes(outputs, current);
   s.forward_overhead_no_grad = std::max<int64_t>(0, probe.peakBytes() - base - s.output_bytes);
 
   base = probe.resetPeak();
@@ -180,7 +195,8 @@ void appendStage(solver::Costs& c, const StageProfile& s, int l) {
   c.uf_nograd.push_back(s.forward_no_grad_ms);
   c.ub.push_back(s.backward_ms);
   c.wa.push_back(s.output_bytes);
-  c.wabar.push_back(std::max(s.recorded_bytes, s.output_bytes));
+  c.wpass.push_back(s.passed_bytes);
+  c.wabar.push_back(std::max(s.recorded_bytes + s.passed_bytes, s.output_bytes));
   c.wd[l - 1] = s.input_grad_bytes;
   c.wd.push_back(0);  // delta^l: set by stage l+1 (or by the caller for l = L)
   c.of.push_back(std::max(s.forward_overhead_no_grad, s.forward_overhead_grad));
@@ -197,7 +213,7 @@ void appendTerminalStage(solver::Costs& c, const Tensors& chain_outputs) {
   }
   c.wd.back() = output_grad_bytes;
   for (auto* v : {&c.uf, &c.uf_nograd, &c.ub}) v->push_back(0);
-  for (auto* v : {&c.wa, &c.wabar, &c.wd, &c.of, &c.ob}) v->push_back(0);
+  for (auto* v : {&c.wa, &c.wabar, &c.wd, &c.of, &c.ob, &c.wpass}) v->push_back(0);
 }
 
 }  // namespace
@@ -221,7 +237,7 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   c = solver::Costs{};
   c.uf = c.uf_nograd = c.ub = {0};
   c.wa = {storageBytes(arguments.inputs)};
-  c.wabar = c.wd = c.of = c.ob = {0};
+  c.wabar = c.wd = c.of = c.ob = c.wpass = {0};
   profile.labels = {"input"};
   Tensors current;
   for (const auto& t : arguments.inputs) current.push_back(t.detach());

@@ -73,8 +73,11 @@ std::string Plan::str() const {
        << " input(s)";
     if (!s.deferred) {
       os << ", a " << solver::formatBytes(s.costs.wa[l]) << ", abar "
-         << solver::formatBytes(s.costs.wabar[l]) << ", F " << formatMilliseconds(s.costs.uf[l])
-         << " (no grad " << formatMilliseconds(s.costs.noGradForward(l)) << ")"
+         << solver::formatBytes(s.costs.wabar[l]);
+      if (s.costs.passedBytes(l) > 0)
+        os << " (" << solver::formatBytes(s.costs.passedBytes(l)) << " passed through)";
+      os << ", F " << formatMilliseconds(s.costs.uf[l]) << " (no grad "
+         << formatMilliseconds(s.costs.noGradForward(l)) << ")"
          << ", B " << formatMilliseconds(s.costs.ub[l]);
     }
     if (stage.writes_activation_input) os << ", writes its input";

@@ -76,6 +76,7 @@ void validate(const Costs& chain) {
   checkLength(chain.ob.size(), "ob");
   if (!chain.uf_nograd.empty()) checkLength(chain.uf_nograd.size(), "uf_nograd");
   if (!chain.wg.empty()) checkLength(chain.wg.size(), "wg");
+  if (!chain.wpass.empty()) checkLength(chain.wpass.size(), "wpass");
   checkNonNegative(chain.uf, "uf");
   checkNonNegative(chain.uf_nograd, "uf_nograd");
   checkNonNegative(chain.ub, "ub");
@@ -85,11 +86,23 @@ void validate(const Costs& chain) {
   checkNonNegative(chain.of, "of");
   checkNonNegative(chain.ob, "ob");
   checkNonNegative(chain.wg, "wg");
+  checkNonNegative(chain.wpass, "wpass");
+  if (!chain.wpass.empty() && chain.wpass[0] != 0)
+    fail("chain field 'wpass' at stage 0 is " + std::to_string(chain.wpass[0]) +
+         ": the chain input passes nothing through, give 0");
   for (size_t l = 1; l < n; ++l) {
     if (chain.wabar[l] < chain.wa[l]) {
       std::ostringstream os;
       os << "chain field 'wabar' at stage " << l << " is " << chain.wabar[l] << ", less than wa ("
          << chain.wa[l] << "): abar includes the stage output a";
+      fail(os.str());
+    }
+    const int64_t passed = chain.passedBytes(static_cast<int>(l));
+    if (passed > chain.wa[l] || passed > chain.wa[l - 1]) {
+      std::ostringstream os;
+      os << "chain field 'wpass' at stage " << l << " is " << passed << ", more than wa[" << l
+         << "] (" << chain.wa[l] << ") or wa[" << l - 1 << "] (" << chain.wa[l - 1]
+         << "): it is the part of a^" << l << " that a^" << l - 1 << " holds";
       fail(os.str());
     }
   }
@@ -114,6 +127,7 @@ Costs costsFromJson(const std::string& text) {
   chain.ob = readField<int64_t>(json, "ob");
   if (json.contains("uf_nograd")) chain.uf_nograd = readField<double>(json, "uf_nograd");
   if (json.contains("wg")) chain.wg = readField<int64_t>(json, "wg");
+  if (json.contains("wpass")) chain.wpass = readField<int64_t>(json, "wpass");
   validate(chain);
   return chain;
 }
@@ -123,6 +137,7 @@ std::string costsToJson(const Costs& chain) {
                {"wd", chain.wd}, {"of", chain.of}, {"ob", chain.ob}};
   if (!chain.uf_nograd.empty()) json["uf_nograd"] = chain.uf_nograd;
   if (!chain.wg.empty()) json["wg"] = chain.wg;
+  if (!chain.wpass.empty()) json["wpass"] = chain.wpass;
   return json.dump(1);
 }
 

@@ -28,6 +28,15 @@ namespace jitckpt::solver {
 // chain input's gradient). wg[l] is what B(l) leaves held that way: after B(l), wg[l..L] are all
 // held. ob[l] covers B(l)'s own gradients (it holds them at its end). Without wg (the paper's
 // model), gradients are not counted.
+//
+// Third extension: a stage may pass tensors of its input through to its output unchanged (an
+// Inception block's input, read by each branch stage in turn; DenseNet's feature list). wpass[l]
+// is the size of the storages a^l shares with a^{l-1}. Whenever abar^l is held, so is a^{l-1} (in
+// some form: B(l) reads it, and every schedule keeps it until then), so abar^l costs only what
+// stage l allocated, wabar[l] - wpass[l] (abarOwnBytes); counting the shared storages again in
+// every stage that forwards them over-counted a chain of n such stages n times. A lone a^l (a
+// checkpoint) still costs all of wa[l]: it may outlive a^{l-1}. Memory stays a function of what
+// is held, so Fall(l) over a lone a^l frees all of wa[l]. Without wpass, nothing is shared.
 struct Costs {
   std::vector<double> uf;         // forward time of stage l, recording (Fall)
   std::vector<double> uf_nograd;  // forward time without recording (Fck, F∅); empty: uf
@@ -38,6 +47,7 @@ struct Costs {
   std::vector<int64_t> of;        // forward overhead: peak minus inputs and outputs
   std::vector<int64_t> ob;        // backward overhead
   std::vector<int64_t> wg;        // parameter gradients B(l) leaves held; empty: none
+  std::vector<int64_t> wpass;     // bytes of a^l that are storages of a^{l-1}; empty: none
 
   int length() const { return static_cast<int>(uf.size()) - 1; }  // L
   // The time of Fck(l) and F∅(l).
@@ -45,15 +55,19 @@ struct Costs {
     return uf_nograd.empty() ? uf[static_cast<size_t>(l)] : uf_nograd[static_cast<size_t>(l)];
   }
   int64_t gradientBytes(int l) const { return wg.empty() ? 0 : wg[static_cast<size_t>(l)]; }
+  int64_t passedBytes(int l) const { return wpass.empty() ? 0 : wpass[static_cast<size_t>(l)]; }
+  // What holding abar^l adds beside a^{l-1}, which is held whenever abar^l is.
+  int64_t abarOwnBytes(int l) const { return wabar[static_cast<size_t>(l)] - passedBytes(l); }
 };
 
 // Throws std::invalid_argument naming the field and the stage when the chain is not well formed
-// (empty, vectors of different lengths, negative values, wabar < wa).
+// (empty, vectors of different lengths, negative values, wabar < wa, wpass[l] above wa[l] or
+// wa[l-1], wpass[0] not 0).
 void validate(const Costs& chain);
 
 // JSON form: {"uf":[...], "ub":[...], "wa":[...], "wabar":[...], "wd":[...], "of":[...],
-// "ob":[...]} with L+1 entries each (entry 0 as above), and optionally "uf_nograd" and "wg". Errors
-// name the field and the stage.
+// "ob":[...]} with L+1 entries each (entry 0 as above), and optionally "uf_nograd", "wg" and
+// "wpass". Errors name the field and the stage.
 Costs costsFromJson(const std::string& text);
 std::string costsToJson(const Costs& chain);
 Costs readCostsFile(const std::string& path);

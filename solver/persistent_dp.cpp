@@ -147,10 +147,10 @@ PersistentSolver::PersistentSolver(const Costs& chain, int64_t max_limit, int sl
 
 // Paper: m_all(s,t) = max(wd[t] + wabar[s] + of[s], wd[s] + wabar[s] + ob[s]). Departures: B(s)
 // also holds the delta^{s-1} it produces (simulator rule), hence + wd[s-1], and it runs beside
-// the parameter gradients of s+1..t.
+// the parameter gradients of s+1..t; abar^s costs what a^{s-1} does not hold (abarOwnBytes).
 int PersistentSolver::ememSlots(int s, int t) const {
-  const int64_t forward = wd_[t] + wabar_[s] + of_[s];
-  const int64_t backward = wd_[s] + wabar_[s] + wd_[s - 1] + ob_[s] + gradientSlots(s + 1, t);
+  const int64_t forward = wd_[t] + abar_own_[s] + of_[s];
+  const int64_t backward = wd_[s] + abar_own_[s] + wd_[s - 1] + ob_[s] + gradientSlots(s + 1, t);
   return static_cast<int>(std::min<int64_t>(std::max(forward, backward), S_ + 1));
 }
 
@@ -170,7 +170,9 @@ void PersistentSolver::build() {
     return slots;
   };
   wa_ = toSlots(chain_.wa);
-  wabar_ = toSlots(chain_.wabar);
+  std::vector<int64_t> abar_own(chain_.wabar.size());
+  for (int l = 0; l <= L_; ++l) abar_own[l] = chain_.abarOwnBytes(l);
+  abar_own_ = toSlots(abar_own);
   wd_ = toSlots(chain_.wd);
   of_ = toSlots(chain_.of);
   ob_ = toSlots(chain_.ob);
@@ -188,16 +190,18 @@ void PersistentSolver::build() {
     }
   }
 
-  // m_∅(s,t) = wd[t] + max(wa[s] + of[s], max_{s<j<t} wa[j-1] + wa[j] + of[j]) (paper, as is:
-  // every F(j), s <= j < t, runs at least once while delta^t is held, so it is a lower bound
-  // on any schedule of (s,t) and never excludes a valid one).
-  nomem_.assign(static_cast<size_t>(L_ + 1) * (L_ + 1), 0);
+  // The forward run of C_ck, Fck(s) then F∅(s+1..k), peaks at max(wa[s] + of[s], max_{s<j<=k}
+  // wa[j-1] + wa[j] + of[j]) beside delta^t. The paper's m_∅(s,t) takes k = t-1 for every split as
+  // a lower bound on (s,t); here each split s' checks its own run (k = s'-1), and its two
+  // sub-problems check the rest. That is exact, and stays so where stages pass tensors through
+  // (Costs::wpass) and a later F(j) may cost less than wa[j-1] + wa[j].
+  sweep_.assign(static_cast<size_t>(L_ + 1) * (L_ + 1), 0);
   for (int s = 1; s <= L_; ++s) {
-    int64_t forward_peak = wa_[s] + of_[s];
-    for (int t = s + 1; t <= L_; ++t) {
-      if (t - 1 > s) forward_peak = std::max(forward_peak, wa_[t - 2] + wa_[t - 1] + of_[t - 1]);
-      nomem_[static_cast<size_t>(s) * (L_ + 1) + t] =
-          static_cast<int>(std::min<int64_t>(wd_[t] + forward_peak, S_ + 1));
+    int64_t peak = wa_[s] + of_[s];
+    for (int k = s; k <= L_; ++k) {
+      if (k > s) peak = std::max(peak, wa_[k - 1] + wa_[k] + of_[k]);
+      sweep_[static_cast<size_t>(s) * (L_ + 1) + k] =
+          static_cast<int>(std::min<int64_t>(peak, S_ + 1));
     }
   }
 
@@ -229,7 +233,7 @@ void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer) {
   } else {
     if (!revolve_only_) {  // C_all: Fall(s), solve (s+1, t) beside abar^s, B(s)
       const Row& sub = rows_[rowIndex(s + 1, t)];
-      const int shift = static_cast<int>(wabar_[s]);
+      const int shift = static_cast<int>(abar_own_[s]);
       const int lo = std::max(emem, shift + sub.first);
       const int split_at = std::min(S_ + 1, std::max(lo, shift + sub.end));  // sub's constant tail
       if (lo <= S_) {
@@ -239,13 +243,13 @@ void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer) {
     }
     // C_ck: Fck(s), F∅(s+1..s'-1), solve (s', t) beside a^{s'-1}, then (s, s'-1) beside the
     // parameter gradients of s'..t.
-    const int nomem = nomemSlots(s, t);
     for (int split = s + 1; split <= t; ++split) {
+      const int sweep = sweepSlots(s, split - 1, t);
       const Row& right = rows_[rowIndex(split, t)];
       const Row& left = rows_by_start_[rowByStartIndex(s, split - 1)];
       const int shift = static_cast<int>(wa_[split - 1]);
       const int left_shift = gradientSlots(split, t);
-      const int lo = std::max({nomem, shift + right.first, left_shift + left.first});
+      const int lo = std::max({sweep, shift + right.first, left_shift + left.first});
       if (lo > S_) continue;
       const float forward_time = static_cast<float>(prefix_uf_[split - 1] - prefix_uf_[s - 1]);
       const float bound = checkpointValue(forward_time, right.min, left.min);
@@ -301,7 +305,7 @@ void PersistentSolver::backtrack(int s, int t, int m, Schedule& out) const {
   }
   const float stage_time = static_cast<float>(chain_.uf[s] + chain_.ub[s]);
   if (!revolve_only_) {
-    const int shift = static_cast<int>(wabar_[s]);
+    const int shift = static_cast<int>(abar_own_[s]);
     if (m >= ememSlots(s, t) && m >= shift &&
         allValue(stage_time, value(s + 1, t, m - shift)) == target) {
       out.push_back({OpKind::ForwardAll, s});
@@ -310,22 +314,20 @@ void PersistentSolver::backtrack(int s, int t, int m, Schedule& out) const {
       return;
     }
   }
-  if (m >= nomemSlots(s, t)) {
-    for (int split = s + 1; split <= t; ++split) {
-      const int shift = static_cast<int>(wa_[split - 1]);
-      const int left_shift = gradientSlots(split, t);
-      if (m < shift || m < left_shift) continue;
-      const float forward_time = static_cast<float>(prefix_uf_[split - 1] - prefix_uf_[s - 1]);
-      if (checkpointValue(forward_time, value(split, t, m - shift),
-                          value(s, split - 1, m - left_shift)) != target)
-        continue;
-      // Algorithm 2 says F∅ up to s'; the forward run ends at s'-1 (its time is uf[s..s'-1]).
-      out.push_back({OpKind::ForwardCheck, s});
-      for (int j = s + 1; j < split; ++j) out.push_back({OpKind::ForwardNone, j});
-      backtrack(split, t, m - shift, out);
-      backtrack(s, split - 1, m - left_shift, out);
-      return;
-    }
+  for (int split = s + 1; split <= t; ++split) {
+    const int shift = static_cast<int>(wa_[split - 1]);
+    const int left_shift = gradientSlots(split, t);
+    if (m < sweepSlots(s, split - 1, t) || m < shift || m < left_shift) continue;
+    const float forward_time = static_cast<float>(prefix_uf_[split - 1] - prefix_uf_[s - 1]);
+    if (checkpointValue(forward_time, value(split, t, m - shift),
+                        value(s, split - 1, m - left_shift)) != target)
+      continue;
+    // Algorithm 2 says F∅ up to s'; the forward run ends at s'-1 (its time is uf[s..s'-1]).
+    out.push_back({OpKind::ForwardCheck, s});
+    for (int j = s + 1; j < split; ++j) out.push_back({OpKind::ForwardNone, j});
+    backtrack(split, t, m - shift, out);
+    backtrack(s, split - 1, m - left_shift, out);
+    return;
   }
   throw std::logic_error("persistent DP backtracking found no matching choice");
 }
@@ -338,7 +340,7 @@ int64_t PersistentSolver::minFeasibleLimit() const {
 
 size_t PersistentSolver::tableBytes() const {
   return chunks_.size() * chunk_size_ * sizeof(float) +
-         (rows_.size() + rows_by_start_.size()) * sizeof(Row) + nomem_.size() * sizeof(int);
+         (rows_.size() + rows_by_start_.size()) * sizeof(Row) + sweep_.size() * sizeof(int);
 }
 
 SolveResult PersistentSolver::solve(int64_t limit) const {

@@ -6,10 +6,13 @@
 //  - m_all(s,t) charges B(s) with wd[s] + wabar[s] + wd[s-1] + ob[s]: the gradient delta^{s-1}
 //    that B(s) produces coexists with its inputs (the paper omits wd[s-1]).
 //  - Algorithm 2 lists F∅ up to s'; the forward run of C_ck ends at F∅(s'-1), as its time
-//    (sum of uf[s..s'-1]) says.
+//    (sum of uf[s..s'-1]) says. Each split checks the peak of its own forward run instead of
+//    the paper's m_∅(s,t), a lower bound over all splits that pass-throughs would break.
 //  - Parameter gradients (Costs::wg, an extension of the paper's model): (s,t) is solved beside
 //    the gradients of stages after t, so they are outside its m; (s, s'-1) in C_ck runs beside
 //    those of s'..t, and B(s) in C_all beside those of s+1..t.
+//  - Stages that pass tensors through (Costs::wpass): abar^s costs abarOwnBytes, what a^{s-1}
+//    does not already hold, in C_all and in m_all.
 //  - Sizes are rounded up to slots and a limit rounded down, so the real peak of a schedule
 //    is never above the limit it was solved for. With slot size 1 (S = M) the DP is exact.
 #pragma once
@@ -75,7 +78,11 @@ class PersistentSolver {
   size_t rowByStartIndex(int s, int t) const { return static_cast<size_t>(s) * (L_ + 1) + t; }
   float value(int s, int t, int m) const;
   int ememSlots(int s, int t) const;
-  int nomemSlots(int s, int t) const { return nomem_[static_cast<size_t>(s) * (L_ + 1) + t]; }
+  // Peak of Fck(s), F∅(s+1..last) beside delta^t, in slots (capped at S_ + 1).
+  int sweepSlots(int s, int last, int t) const {
+    const int64_t peak = wd_[t] + sweep_[static_cast<size_t>(s) * (L_ + 1) + last];
+    return static_cast<int>(std::min<int64_t>(peak, S_ + 1));
+  }
   // Parameter gradients of stages first..last in slots (0 when first > last).
   int gradientSlots(int first, int last) const {
     return gradient_slots_[static_cast<size_t>(first) * (L_ + 1) + last];
@@ -90,10 +97,10 @@ class PersistentSolver {
   int64_t slot_ = 1;
   int64_t max_limit_ = 0;
   bool revolve_only_ = false;
-  std::vector<int64_t> wa_, wabar_, wd_, of_, ob_;  // in slots, capped at S_ + 1
+  std::vector<int64_t> wa_, abar_own_, wd_, of_, ob_;  // in slots, capped at S_ + 1
   std::vector<double> prefix_uf_;    // prefix_uf_[l]: no-grad forward times of stages 1..l
   std::vector<int> gradient_slots_;  // (first, last) -> gradients of first..last in slots
-  std::vector<int> nomem_;           // (s,t) -> m_∅ in slots, (L+1) x (L+1)
+  std::vector<int> sweep_;           // (s,last) -> peak of Fck(s), F∅(s+1..last), (L+1) x (L+1)
   std::vector<Row> rows_;
   std::vector<Row> rows_by_start_;
   std::vector<std::unique_ptr<float[]>> chunks_;

@@ -34,8 +34,8 @@ SimulationResult simulate(const Costs& chain, const Schedule& schedule) {
       case OpKind::ForwardAll: {
         if (!input) return invalid(i, "its input a^" + std::to_string(l - 1) + " is not held");
         if (abar[l]) return invalid(i, "abar^" + std::to_string(l) + " is already held");
-        result.peak = std::max(result.peak, held + chain.wabar[l] + chain.of[l]);
-        held += chain.wabar[l] - (a[l] ? chain.wa[l] : 0);
+        result.peak = std::max(result.peak, held + chain.abarOwnBytes(l) + chain.of[l]);
+        held += chain.abarOwnBytes(l) - (a[l] ? chain.wa[l] : 0);
         a[l] = false;
         abar[l] = true;
         result.time += chain.uf[l];
@@ -62,7 +62,7 @@ SimulationResult simulate(const Costs& chain, const Schedule& schedule) {
         if (!abar[l]) return invalid(i, "abar^" + std::to_string(l) + " is not held");
         if (!input) return invalid(i, "a^" + std::to_string(l - 1) + " is not held");
         result.peak = std::max(result.peak, held + chain.wd[l - 1] + chain.ob[l]);
-        held += chain.wd[l - 1] - chain.wd[l] - chain.wabar[l] + chain.gradientBytes(l);
+        held += chain.wd[l - 1] - chain.wd[l] - chain.abarOwnBytes(l) + chain.gradientBytes(l);
         delta[l] = false;
         abar[l] = false;
         if (a[l - 1]) {  // a lone a^{l-1} is consumed; abar^{l-1}, if held, stays

@@ -2,6 +2,9 @@
 // returns its validity (first invalid op and why), peak memory and total time. The ground truth
 // every solver is tested against. Standard C++ only.
 //
+// Memory is a function of what is held: wd of the gradient held, wg of the stages whose B has
+// run, wa of each lone a^l, and abarOwnBytes (wabar less what a^{l-1} holds) of each abar^l.
+//
 // Memory state: per stage l whether a^l is held alone, whether abar^l is held (abar^l contains
 // a^l, so holding abar^l absorbs a lone a^l), and which gradients delta^l are held. An op is
 // invalid when its input is missing or when it would produce what is already held (Fck/F∅(l)

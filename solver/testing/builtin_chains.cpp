@@ -139,6 +139,16 @@ Costs randomCosts(int length, uint64_t seed, int max_size, int max_time) {
     const int g = std::uniform_int_distribution<int>(-max_size / 2, max_size)(gradient_rng);
     c.wg.push_back(std::max(0, g));
   }
+  // Tensors passed through (Costs::wpass), drawn apart as well: none for about a third of the
+  // stages, otherwise a part of what a^l and a^{l-1} can share.
+  std::mt19937_64 pass_rng(seed ^ 0x85ebca6b0c2b2ae3ULL);
+  c.wpass = {0};
+  for (int l = 1; l <= length; ++l) {
+    const int64_t shareable =
+        std::min(c.wa[static_cast<size_t>(l)], c.wa[static_cast<size_t>(l - 1)]);
+    const int64_t p = std::uniform_int_distribution<int64_t>(-shareable / 2, shareable)(pass_rng);
+    c.wpass.push_back(std::max<int64_t>(0, p));
+  }
   return c;
 }
 

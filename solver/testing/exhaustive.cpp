@@ -89,7 +89,7 @@ SearchResult bestAnySequence(const Costs& chain, int64_t limit) {
     for (int l = st.delta + 1; l <= L; ++l) held += chain.gradientBytes(l);  // B(l) has run
     for (int l = 0; l <= L; ++l) {
       if (st.abar >> l & 1)
-        held += chain.wabar[l];
+        held += chain.abarOwnBytes(l);
       else if (st.a >> l & 1)
         held += chain.wa[l];
     }
@@ -143,7 +143,8 @@ SearchResult bestAnySequence(const Costs& chain, int64_t limit) {
         State next = st;
         next.abar |= 1u << l;
         next.a &= ~(1u << l);
-        relax(next, {OpKind::ForwardAll, l}, held + chain.wabar[l] + chain.of[l], chain.uf[l]);
+        relax(next, {OpKind::ForwardAll, l}, held + chain.abarOwnBytes(l) + chain.of[l],
+              chain.uf[l]);
       }
       if (input && !has_a && !has_abar) {  // Fck(l), F∅(l)
         State next = st;

@@ -151,6 +151,21 @@ def test_no_limit_costs_little_memory_over_plain(family, profiled):
     assert ours <= bound * plain, f"{family.name}: {ours} bytes without a limit, plain {plain} (x{ours / plain:.3f})"
 
 
+@pytest.mark.parametrize("name", ["inception", "densenet121"])
+def test_what_stages_pass_through_is_counted_once(name):
+    """Cut between an Inception block's branches, each stage passes the block input and the
+    finished branches on; inside a dense block, the feature list. The plan counts those tensors
+    once (Costs::wpass), so its unconstrained peak is the measured one; counted in every stage
+    that forwards them, it was 2.0x the measured peak on the Inception family."""
+    family = families.FAMILIES[name]("test")
+    model = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=None, profile_repeats=1)
+    info = jitckpt.plan(model)
+    assert sum(info["costs"]["wpass"]) > 0, f"{name}: no stage passes anything through"
+    measured = step_peak_after_warmup(model, family)
+    assert 0.97 * measured <= info["predicted_peak"] <= 1.05 * measured, \
+        f"{name}: predicted {info['predicted_peak']} bytes, measured {measured}"
+
+
 # Loads a saved rewritten module in a fresh process (nothing of this one's state, only the file
 # and `import jitckpt`) and trains it there as train() does; argv: family, module file, records.
 FRESH_PROCESS_TRAINING = """

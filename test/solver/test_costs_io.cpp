@@ -62,6 +62,21 @@ TEST(ChainFile, ParameterGradientsRoundTripAndDefaultToNone) {
   EXPECT_THROW(validate(negative), std::invalid_argument);
 }
 
+TEST(ChainFile, PassThroughRoundTripsAndIsBoundedByBothActivations) {
+  const Costs chain = randomCosts(5, 11, 50, 20);
+  ASSERT_EQ(chain.wpass.size(), chain.uf.size());
+  EXPECT_EQ(costsFromJson(costsToJson(chain)).wpass, chain.wpass);
+  const Costs without = costsFromJson(kGood);  // no "wpass": nothing is shared
+  EXPECT_TRUE(without.wpass.empty());
+  EXPECT_EQ(without.abarOwnBytes(1), without.wabar[1]);
+  // a^1 is 2 bytes, a^0 1 byte: at most 1 byte of a^1 can be a^0's.
+  const char* base =
+      R"({"uf":[0,1],"ub":[0,1],"wa":[1,2],"wabar":[0,3],"wd":[1,2],"of":[0,0],"ob":[0,0],)";
+  EXPECT_EQ(costsFromJson(std::string(base) + R"("wpass":[0,1]})").abarOwnBytes(1), 2);
+  expectError(std::string(base) + R"("wpass":[0,2]})", "'wpass' at stage 1");
+  expectError(std::string(base) + R"("wpass":[1,0]})", "'wpass' at stage 0");
+}
+
 TEST(ChainFile, BadFilesNameFieldAndStage) {
   expectError(R"({"uf":[0],"ub":[0],"wa":[1],"wabar":[0],"wd":[1],"of":[0],"ob":[0]})", "empty");
   expectError(R"({"uf":[0,1],"ub":[0,1],"wa":[1,2],"wabar":[0,2],"wd":[1,2],"of":[0,0]})", "'ob'");

@@ -148,7 +148,7 @@ TEST(PersistentDp, EveryCurvePointSolves) {
 // filled by interval length for this to be right.
 TEST(PersistentDp, ZeroSizeActivations) {
   Costs chain = randomCosts(5, 3);
-  for (int l = 0; l <= 5; ++l) chain.wa[l] = 0;
+  for (int l = 0; l <= 5; ++l) chain.wa[l] = chain.wpass[l] = 0;
   for (int l = 1; l <= 5; ++l) chain.wabar[l] = l % 2 ? 0 : 3;
   for (int64_t limit = 0; limit < 30; ++limit) {
     const SearchResult best = bestPersistentSequence(chain, limit);
@@ -159,4 +159,31 @@ TEST(PersistentDp, ZeroSizeActivations) {
       EXPECT_EQ(dp.time, best.time) << limit;
     }
   }
+}
+
+// Stages that pass most of their input through (Inception's branch stages, DenseNet's feature
+// list): abar^l costs far less than a^l beside a^{l-1}. The DP's lower bounds must count that,
+// or they rule out the schedules that keep such stages' abar.
+TEST(PersistentDp, PassThroughChainsEqualExhaustiveSearch) {
+  int cheaper_than_a = 0;
+  for (uint64_t seed = 1; seed <= 150; ++seed) {
+    Costs chain = randomCosts(3 + static_cast<int>(seed % 4), seed, 12, 9);
+    for (int l = 1; l <= chain.length(); ++l) {
+      chain.wpass[l] = std::min(chain.wa[l], chain.wa[l - 1]);
+      chain.wabar[l] = chain.wa[l] + static_cast<int64_t>((seed + l) % 3);
+      if (chain.abarOwnBytes(l) < chain.wa[l]) ++cheaper_than_a;
+    }
+    const int64_t top = noCheckpointPeak(chain) + 2;
+    PersistentSolver solver(chain, top, static_cast<int>(top));
+    for (int64_t limit = 0; limit <= top; ++limit) {
+      const SearchResult best = bestPersistentSequence(chain, limit);
+      const SolveResult dp = solver.solve(limit);
+      ASSERT_EQ(dp.feasible, best.feasible) << "seed " << seed << " limit " << limit << "\n"
+                                            << costsToJson(chain);
+      if (best.feasible) {
+        EXPECT_EQ(dp.time, best.time) << "seed " << seed << " limit " << limit;
+      }
+    }
+  }
+  EXPECT_GT(cheaper_than_a, 100);
 }
