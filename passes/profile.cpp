@@ -146,9 +146,15 @@ void measureTimes(StageRunner& runner, int l, const Tensors& current, int repeat
   s.backward_ms = probes::median(backward_ms);
 }
 
-// The no-checkpointing schedule run for real (see ChainProfile::measured_unconstrained_peak).
-int64_t measureUnconstrainedPeak(StageRunner& runner, const Tensors& chain_inputs,
-                                 const Tensors& chain_outputs, probes::MemoryProbe& probe) {
+struct UnconstrainedRun {
+  int64_t peak = 0;  // see ChainProfile::measured_unconstrained_peak
+  double ms = 0;
+};
+
+// The no-checkpointing schedule run for real, as the executor runs it.
+UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inputs,
+                                  const Tensors& chain_outputs, probes::MemoryProbe& probe,
+                                  probes::Stopwatch& stopwatch) {
   const int L = runner.numStages();
   Tensors delta;
   for (const auto& t : chain_outputs)
@@ -156,6 +162,7 @@ int64_t measureUnconstrainedPeak(StageRunner& runner, const Tensors& chain_input
   const int64_t held_from_start = storageBytes(chain_inputs) + storageBytes(delta);
   std::vector<std::optional<RecordedStage>> recorded(L + 1);
   const int64_t base = probe.resetPeak();
+  stopwatch.start();
   Tensors current = chain_inputs;
   for (int l = 1; l <= L; ++l) {
     recorded[l] = runner.recordedForward(l, current);
@@ -174,7 +181,23 @@ int64_t measureUnconstrainedPeak(StageRunner& runner, const Tensors& chain_input
     }
   }
   delta.clear();
-  return probe.peakBytes() - base + held_from_start;
+  lifted_grads.clear();
+  UnconstrainedRun run;
+  run.ms = stopwatch.stopSeconds() * 1e3;
+  run.peak = probe.peakBytes() - base + held_from_start;
+  return run;
+}
+
+// Scales uf, uf_nograd and ub by measured / predicted time of the no-checkpointing schedule (see
+// ProfileOptions::calibration_runs); returns the factor, 1 when nothing was predicted.
+double calibrateTimes(solver::Costs& c, double measured_ms) {
+  const double predicted_ms = solver::simulate(c, solver::noCheckpointSchedule(c)).time;
+  if (!(predicted_ms > 0) || !(measured_ms > 0)) return 1.0;
+  const double scale = std::clamp(measured_ms / predicted_ms, 0.5, 2.0);
+  for (auto* times : {&c.uf, &c.uf_nograd, &c.ub}) {
+    for (double& t : *times) t *= scale;
+  }
+  return scale;
 }
 
 // wg: a lifted tensor's gradient is allocated by the first B that returns one (the last stage
@@ -258,10 +281,22 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   profile.labels.push_back("loss");
   solver::validate(c);
   profile.unconstrained_peak = solver::simulate(c, solver::noCheckpointSchedule(c)).peak;
-  if (options.measure_unconstrained_peak) {
+  // At most `repeats` timed runs: a quick profile stays quick.
+  const int timed_runs = std::min(options.calibration_runs, options.repeats);
+  const int runs = std::max(timed_runs, options.measure_unconstrained_peak ? 1 : 0);
+  std::vector<double> run_ms;
+  for (int r = 0; r < runs; ++r) {
     Tensors inputs;
     for (const auto& t : arguments.inputs) inputs.push_back(t.detach());
-    profile.measured_unconstrained_peak = measureUnconstrainedPeak(runner, inputs, current, *probe);
+    const UnconstrainedRun run = runUnconstrained(runner, inputs, current, *probe, *stopwatch);
+    if (r == 0 && options.measure_unconstrained_peak)
+      profile.measured_unconstrained_peak = run.peak;
+    run_ms.push_back(run.ms);
+  }
+  if (timed_runs > 0) {
+    run_ms.resize(static_cast<size_t>(timed_runs));
+    profile.measured_unconstrained_ms = probes::median(run_ms);
+    profile.time_scale = calibrateTimes(c, profile.measured_unconstrained_ms);
   }
   return profile;
 }

@@ -8,7 +8,9 @@
 
 #include "passes/partition_module.h"
 #include "passes/profile.h"
+#include "solver/baselines.h"
 #include "solver/costs.h"
+#include "solver/simulator.h"
 
 namespace jitckpt {
 namespace {
@@ -116,6 +118,33 @@ TEST(ProfileChain, MeasuredUnconstrainedPeakMatchesTheSimulator) {
   }
   EXPECT_LE(p.measured_unconstrained_peak, p.unconstrained_peak);
   EXPECT_GE(p.measured_unconstrained_peak, p.unconstrained_peak - slack);
+}
+
+// Stage times are scaled by one factor so that the model's time of the no-checkpointing schedule
+// is the median of that schedule's measured runs; the stage profiles keep what was measured.
+TEST(ProfileChain, StageTimesAreCalibratedOnTheWholeSchedule) {
+  torch::jit::Module m = knownChain();
+  const auto x = torch::randn({kBatch, 32});
+  const ChainProfile p = profileChain(m, partitionModule(m), {x}, quiet(3));
+  ASSERT_GT(p.measured_unconstrained_ms, 0);
+  ASSERT_GE(p.time_scale, 0.5);
+  ASSERT_LE(p.time_scale, 2.0);
+  for (int l = 1; l <= 3; ++l) {
+    const StageProfile& s = p.stages[static_cast<size_t>(l - 1)];
+    EXPECT_DOUBLE_EQ(p.costs.uf[l], s.forward_ms * p.time_scale) << l;
+    EXPECT_DOUBLE_EQ(p.costs.noGradForward(l), s.forward_no_grad_ms * p.time_scale) << l;
+    EXPECT_DOUBLE_EQ(p.costs.ub[l], s.backward_ms * p.time_scale) << l;
+  }
+  const double modelled = solver::simulate(p.costs, solver::noCheckpointSchedule(p.costs)).time;
+  if (p.time_scale > 0.5 && p.time_scale < 2.0) {
+    EXPECT_NEAR(modelled, p.measured_unconstrained_ms, 1e-9 * p.measured_unconstrained_ms);
+  }
+  ProfileOptions uncalibrated = quiet(3);
+  uncalibrated.calibration_runs = 0;
+  const ChainProfile raw = profileChain(m, partitionModule(m), {x}, uncalibrated);
+  EXPECT_EQ(raw.time_scale, 1.0);
+  EXPECT_EQ(raw.measured_unconstrained_ms, -1);
+  EXPECT_DOUBLE_EQ(raw.costs.uf[1], raw.stages[0].forward_ms);
 }
 
 // One stage with two weights that dwarf its activations: x[4,256] -mm w1-> -mm w2-> -relu->.
