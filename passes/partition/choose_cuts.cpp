@@ -43,10 +43,16 @@ std::vector<const Cut*> cutPerGap(const std::vector<Cut>& kept, const HeavyOpCou
 }
 
 // Whether `c` carries a tensor that `earlier` carries too: the identity of a residual block, the
-// residual stream of a transformer block, a skip.
-bool carriesOn(const Cut& c, const Cut& earlier) {
+// residual stream of a transformer block, a skip. A chain input that `later` carries as well does
+// not count: it passes by (a feature vector beside an image branch, an encoder-decoder's target
+// ids beside its encoder) and would make every cut look carried on.
+bool carriesOn(const Cut& c, const Cut& earlier, const Cut& later, const Cut& start) {
+  auto carries = [](const Cut& cut, const Value* v) {
+    return std::find(cut.live.begin(), cut.live.end(), v) != cut.live.end();
+  };
   for (const Value* v : c.live) {
-    if (std::find(earlier.live.begin(), earlier.live.end(), v) != earlier.live.end()) return true;
+    const bool passes_by = carries(start, v) && carries(later, v);
+    if (carries(earlier, v) && !passes_by) return true;
   }
   return false;
 }
@@ -63,7 +69,8 @@ std::vector<const Cut*> withoutHumps(std::vector<const Cut*> chosen) {
       while (j + 2 < chosen.size() && chosen[j + 1]->bytes == chosen[i]->bytes) ++j;
       const int64_t b = chosen[i]->bytes;
       bool carried = true;
-      for (size_t k = i; k <= j; ++k) carried = carried && carriesOn(*chosen[k], *chosen[i - 1]);
+      for (size_t k = i; k <= j; ++k)
+        carried = carried && carriesOn(*chosen[k], *chosen[i - 1], *chosen[j + 1], *chosen.front());
       const int64_t neighbours = std::max(chosen[i - 1]->bytes, chosen[j + 1]->bytes);
       const bool hump =
           carried && static_cast<double>(b) >= kHumpRatio * static_cast<double>(neighbours);

@@ -72,21 +72,33 @@ std::unordered_map<const Value*, InputSet> dataSources(const TopLevelNodes& top)
 }
 
 // The inputs whose data reaches the first heavy op that reads any input's data, from chain_begin
-// on: once side computations have moved before it, their heavy ops (the target's embedding of an
-// encoder-decoder, computed beside the source's) do not choose the main inputs again.
+// on, and every input that a top-level heavy op reads itself (the target tokens of an
+// encoder-decoder, embedded beside the source's; a second image or feature vector): computed
+// before the chain, their layers would hold their activations as side values through the whole
+// step, outside any schedule. Masks and position ids reach heavy ops only through other ops, so
+// they stay side computations.
 InputSet mainInputSet(const TopLevelNodes& top,
                       const std::unordered_map<const Value*, InputSet>& sources) {
+  InputSet first = 0, read_by_heavy = 0;
+  const auto inputs = top.graph->inputs();
   for (size_t i = top.chain_begin; i < top.end; ++i) {
     Node* n = top.nodes[i];
     if (!isHeavyOp(n)) continue;
-    InputSet from = 0;
-    for (const Value* v : dataReads(n)) {
-      auto it = sources.find(v);
-      if (it != sources.end()) from |= it->second;
+    if (!first) {
+      for (const Value* v : dataReads(n)) {
+        auto it = sources.find(v);
+        if (it != sources.end()) first |= it->second;
+      }
     }
-    if (from) return from;
+    if (n->blocks().empty()) {
+      for (const Value* v : n->inputs()) {
+        for (size_t k = 1; k < inputs.size(); ++k) {
+          if (v == inputs[k] && isTensor(v)) read_by_heavy |= inputBit(k);
+        }
+      }
+    }
   }
-  return 0;
+  return first ? first | read_by_heavy : 0;
 }
 
 // Effects that a node may have and still run earlier in the same forward call, or twice: errors,

@@ -160,6 +160,30 @@ class MaskedBlocks(nn.Module):
         return x
 
 
+class TwoSequences(nn.Module):
+    """Source and target token ids, each embedded, as an encoder-decoder's two streams; a causal
+    mask built in forward from the target's length."""
+
+    def __init__(self):
+        super().__init__()
+        self.src_emb, self.tgt_emb = nn.Embedding(16, 8), nn.Embedding(16, 8)
+        self.encoder = nn.ModuleList([nn.Linear(8, 8) for _ in range(2)])
+        self.query = nn.Linear(8, 8)
+        self.decoder = nn.ModuleList([nn.Linear(8, 8) for _ in range(2)])
+
+    def forward(self, src, tgt):
+        causal = torch.triu(torch.ones(tgt.size(1), tgt.size(1)), 1) * -1e4
+        memory = self.src_emb(src)
+        for layer in self.encoder:
+            memory = memory + torch.relu(layer(memory))
+        x = self.tgt_emb(tgt)
+        scores = torch.matmul(self.query(x), x.transpose(1, 2)) + causal
+        x = x + torch.matmul(torch.softmax(scores, -1), x)
+        for layer in self.decoder:
+            x = x + torch.relu(layer(x + memory))
+        return x
+
+
 class SkipNet(nn.Module):
     """A two-level U-Net: the skips are live across the cuts of the bottom, so those cuts carry
     several tensors."""
@@ -209,7 +233,7 @@ class Recurrent(nn.Module):
 MODELS = {
     m.__name__: m
     for m in [PlainChain, Residual, InplaceResidual, BasicBlocks, WithBatchNorm, TwoTensorBoundary, WithLoop, NoCut,
-              Nested, PrologueEpilogue, MaskedBlocks, SkipNet, DenseList, Recurrent]
+              Nested, PrologueEpilogue, MaskedBlocks, TwoSequences, SkipNet, DenseList, Recurrent]
 }
 
 if __name__ == "__main__":
