@@ -5,6 +5,7 @@
 #include "solver/simulator.h"
 #include "solver/testing/builtin_chains.h"
 #include "solver/testing/exhaustive.h"
+#include "solver/testing/reference_dp.h"
 
 using namespace jitckpt::solver;
 
@@ -186,4 +187,41 @@ TEST(PersistentDp, PassThroughChainsEqualExhaustiveSearch) {
     }
   }
   EXPECT_GT(cheaper_than_a, 100);
+}
+
+// The fast table (pruned relaxations, compressed rows, vectors, cache blocking) against the plain
+// recurrence, at sizes the exhaustive searches cannot reach: the same curve, bit for bit, on
+// random chains (pass-throughs, gradients and zero sizes drawn), ResNet-like chains and the
+// revolve-style table, at slot counts that leave rows of every shape.
+TEST(PersistentDp, EqualsThePlainRecurrence) {
+  int points = 0;
+  auto check = [&](const Costs& chain, int64_t top, int slots, bool revolve_only,
+                   const std::string& what) {
+    SCOPED_TRACE(what + " slots " + std::to_string(slots) + (revolve_only ? " revolve" : ""));
+    const auto fast = PersistentSolver(chain, top, slots, revolve_only).curve();
+    const auto plain = referenceCurve(chain, top, slots, revolve_only);
+    ASSERT_EQ(fast.size(), plain.size());
+    for (size_t i = 0; i < fast.size(); ++i) {
+      EXPECT_EQ(fast[i].limit, plain[i].limit) << i;
+      EXPECT_EQ(fast[i].time, plain[i].time) << i;
+    }
+    points += static_cast<int>(fast.size());
+  };
+  for (uint64_t seed = 1; seed <= 24; ++seed) {
+    const int length = 8 + static_cast<int>(seed * 7 % 40);
+    const Costs chain = randomCosts(length, seed, 2000, 50);
+    const int64_t top = noCheckpointPeak(chain);
+    for (const int slots : {37, 200}) {
+      check(chain, top, slots, false, "random seed " + std::to_string(seed));
+      check(chain, top / 2, slots, false, "random seed " + std::to_string(seed) + " half");
+    }
+    if (seed % 4 == 0) check(chain, top, 200, true, "random seed " + std::to_string(seed));
+  }
+  for (const int blocks : {20, 60}) {
+    const Costs chain = resnetLikeCosts(blocks);
+    const int64_t top = noCheckpointPeak(chain);
+    check(chain, top + top / 4, 500, false, "resnet-like " + std::to_string(blocks));
+    check(chain, top / 3, 500, false, "resnet-like " + std::to_string(blocks) + " third");
+  }
+  EXPECT_GT(points, 2000);
 }
