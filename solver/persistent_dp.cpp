@@ -2,14 +2,16 @@
 // builds C[s,t,m] once (m in slots of ceil(M/S) bytes) and answers any limit <= M by
 // backtracking, recomputing the argmins instead of storing them.
 //
-// Speed (ResNet-1001, L = 339, S = 500: about 0.25 s on one core, bench/solver_bench.cpp): the
-// memory axis of a row is contiguous and every relaxation is a shifted add/min over m in 8-float
-// vectors; rows are stored compressed (see Row in the header), and row-major as well as
+// Speed (ResNet-1001, L = 339, S = 500: about 0.17 s on one core, bench/solver_bench.cpp): the
+// memory axis of a row is contiguous and every relaxation is a shifted add/min over m in blocks of
+// 16 floats; rows are stored compressed (see Row in the header), and row-major as well as
 // column-major so that both operands of a split are read in order; cells are filled in blocks of
-// columns so that the rows a block reads stay in cache; and a split s' is relaxed only over the m
-// where it can still win: its value is at least uf[s..s'-1] + min C[s',t] + min C[s,s'-1], and
-// the row being built is non-increasing in m, so the relaxation stops at the first block where
-// the row is already at or below that bound (exact, also in float arithmetic).
+// four columns, so that the rows those cells read stay in the core's cache; and a split s' is
+// relaxed only over the m where it can still win: its value is at least uf[s..s'-1] + min C[s',t]
+// + min C[s,s'-1], and the row being built is non-increasing in m, so the relaxation stops at the
+// first block where the row is already at or below that bound (exact, also in float arithmetic).
+// The time goes into the rows' memory and the relaxations' exits, not into arithmetic: of the
+// blocks relaxed, about one in five lowers a cell.
 #include "solver/persistent_dp.h"
 
 #include <algorithm>
@@ -29,7 +31,7 @@ namespace {
 
 constexpr float kInf = 1e30f;
 constexpr float kFeasible = 1e29f;  // values above this are infeasible (sums of kInf)
-constexpr int kColumnBlock = 16;    // columns t filled together (cache blocking)
+constexpr int kColumnBlock = 4;     // columns t filled together (cache blocking)
 
 // The two candidate values of a cell, written once so that the DP and the backtracking compute
 // bit-identical floats.
@@ -38,94 +40,86 @@ inline float checkpointValue(float forward_time, float right, float left) {
   return (forward_time + right) + left;
 }
 
-// The hot loops: out[m] = min(out[m], candidate(m)) for m from lo to hi, where an operand is
-// either an array read at m - offset or a constant (the constant tail of a compressed row). No
-// candidate is below `bound` and `out` is non-increasing in m, so a loop stops at the first block
-// that starts where out[m] <= bound: nothing from there on can change. It returns where it
-// stopped (hi + 1 when it ran to the end). A block relaxes up to kBlock - 1 cells past that
-// point, which leaves them as they are (their candidates are at least bound).
+// The hot loop. A split s' of cell (s,t) relaxes out[m] = min(out[m], (c + R(m)) + Lf(m)) for m
+// from lo on, where R(m) is the right row (s',t) read at m - right_offset and Lf(m) the left row
+// (s, s'-1) at m - left_offset. Both are non-increasing in m, so the candidate is too, and it
+// never goes below bound = (c + min R) + min Lf, the value of both rows' constant tails; `out` is
+// non-increasing as well, so the relaxation stops at the first block that starts where out[m] <=
+// bound: nothing from there on can change. A stored row carries kRowPadding copies of its tail
+// value after its stored middle, so a read index clamped to the middle's end reads the tail: a
+// block reads true values wherever it starts, and `out` has kBlock cells past S for blocks that
+// run past it (written, never read). Whole blocks, with no scalar remainder and no separate loops
+// for the rows' tails, keep each split to one loop with one exit: the time goes into waiting on
+// the rows' memory and on that exit, not into arithmetic.
+}  // namespace
+
+struct detail::Split {
+  const float* right;  // stored middle of row (s', t)
+  const float* left;   // stored middle of row (s, s'-1)
+  int right_offset, right_width, left_offset, left_width;
+  int lo;       // the first m at which the split fits
+  float c;      // forward time of Fck(s), F∅(s+1..s'-1)
+  float bound;  // the candidate's least value
+};
+
+namespace {
+
+using detail::Split;
 constexpr int kBlock = 16;
+constexpr int kRowPadding = kBlock;
+// AVX2 where the processor has it (an AVX-512 clone measured no faster on this loop).
 #define JITCKPT_CLONES __attribute__((target_clones("avx2", "default")))
 
-// Eight floats; GCC's vector extension (two SSE halves in the default clone). The compiler does
-// not vectorize the early-exit loops on its own. The helpers are always inlined, so that each
-// clone computes them with its own instructions: called (unoptimized builds), a helper compiled
-// for the default target would pass the vectors another way than the AVX2 clone expects.
+// Sixteen floats as two halves of GCC's 8-float vector extension (an AVX2 register each, two SSE
+// halves in the default clone); the compiler does not vectorize early-exit loops on its own. The
+// helpers are always inlined, so that each clone computes them with its own instructions: called
+// (unoptimized builds), a helper compiled for the default target would pass the vectors another
+// way than the AVX2 clone expects.
 typedef float Vec8 __attribute__((vector_size(32)));
+struct Vec16 {
+  Vec8 low, high;
+};
 #define JITCKPT_INLINE inline __attribute__((always_inline))
-JITCKPT_INLINE Vec8 load8(const float* p) {
-  Vec8 v;
-  std::memcpy(&v, p, sizeof v);
+JITCKPT_INLINE Vec16 load16(const float* p) {
+  Vec16 v;
+  std::memcpy(&v.low, p, sizeof v.low);
+  std::memcpy(&v.high, p + 8, sizeof v.high);
   return v;
 }
-JITCKPT_INLINE void store8(float* p, Vec8 v) { std::memcpy(p, &v, sizeof v); }
-JITCKPT_INLINE Vec8 broadcast8(float x) { return Vec8{} + x; }
+JITCKPT_INLINE void store16(float* p, const Vec16& v) {
+  std::memcpy(p, &v.low, sizeof v.low);
+  std::memcpy(p + 8, &v.high, sizeof v.high);
+}
 JITCKPT_INLINE Vec8 min8(Vec8 a, Vec8 b) { return a < b ? a : b; }
 
-#define JITCKPT_RELAX_UNTIL_BOUND(candidate8, candidate)              \
-  int m = lo;                                                         \
-  for (; m + kBlock - 1 <= hi; m += kBlock) {                         \
-    if (out[m] <= bound) return m;                                    \
-    store8(out + m, min8(candidate8(m), load8(out + m)));             \
-    store8(out + m + 8, min8(candidate8(m + 8), load8(out + m + 8))); \
-  }                                                                   \
-  if (m <= hi && out[m] <= bound) return m;                           \
-  for (; m <= hi; ++m) {                                              \
-    const float v = candidate(m);                                     \
-    out[m] = v < out[m] ? v : out[m];                                 \
-  }                                                                   \
-  return hi + 1
-
-JITCKPT_CLONES int relaxArrays(float* __restrict out, const float* __restrict right,
-                               int right_offset, const float* __restrict left, int left_offset,
-                               float c, float bound, int lo, int hi) {
-  const Vec8 c8 = broadcast8(c);
-#define JITCKPT_CANDIDATE8(i) (c8 + load8(right + (i)-right_offset)) + load8(left + (i)-left_offset)
-#define JITCKPT_CANDIDATE(i) checkpointValue(c, right[(i)-right_offset], left[(i)-left_offset])
-  JITCKPT_RELAX_UNTIL_BOUND(JITCKPT_CANDIDATE8, JITCKPT_CANDIDATE);
-#undef JITCKPT_CANDIDATE8
-#undef JITCKPT_CANDIDATE
+// Every split of a cell, in the order given.
+JITCKPT_CLONES void relaxSplits(float* __restrict out, const Split* __restrict splits, int count,
+                                int S) {
+  for (int i = 0; i < count; ++i) {
+    const Split k = splits[i];  // a copy: stores to `out` cannot change it
+    const Vec8 c = Vec8{} + k.c;
+    const float bound = k.bound;
+    for (int m = k.lo; m <= S; m += kBlock) {
+      if (out[m] <= bound) break;
+      const Vec16 r = load16(k.right + std::min(m - k.right_offset, k.right_width));
+      const Vec16 l = load16(k.left + std::min(m - k.left_offset, k.left_width));
+      const Vec16 o = load16(out + m);
+      // checkpointValue's order of sums, so that backtracking finds the same floats
+      store16(out + m, {min8((c + r.low) + l.low, o.low), min8((c + r.high) + l.high, o.high)});
+    }
+  }
 }
 
-JITCKPT_CLONES int relaxRightArray(float* __restrict out, const float* __restrict right,
-                                   int right_offset, float left, float c, float bound, int lo,
-                                   int hi) {
-  const Vec8 c8 = broadcast8(c), left8 = broadcast8(left);
-#define JITCKPT_CANDIDATE8(i) (c8 + load8(right + (i)-right_offset)) + left8
-#define JITCKPT_CANDIDATE(i) checkpointValue(c, right[(i)-right_offset], left)
-  JITCKPT_RELAX_UNTIL_BOUND(JITCKPT_CANDIDATE8, JITCKPT_CANDIDATE);
-#undef JITCKPT_CANDIDATE8
-#undef JITCKPT_CANDIDATE
-}
-
-JITCKPT_CLONES int relaxLeftArray(float* __restrict out, float right, const float* __restrict left,
-                                  int left_offset, float c, float bound, int lo, int hi) {
-  const Vec8 right8 = broadcast8(c + right);
-#define JITCKPT_CANDIDATE8(i) right8 + load8(left + (i)-left_offset)
-#define JITCKPT_CANDIDATE(i) checkpointValue(c, right, left[(i)-left_offset])
-  JITCKPT_RELAX_UNTIL_BOUND(JITCKPT_CANDIDATE8, JITCKPT_CANDIDATE);
-#undef JITCKPT_CANDIDATE8
-#undef JITCKPT_CANDIDATE
-}
-
-// The value is the bound itself: it changes only the cells above it, a prefix of the range.
-JITCKPT_CLONES int relaxConstant(float* out, float value, int lo, int hi) {
-  const float bound = value;
-  const Vec8 value8 = broadcast8(value);
-#define JITCKPT_CANDIDATE8(i) value8
-#define JITCKPT_CANDIDATE(i) value
-  JITCKPT_RELAX_UNTIL_BOUND(JITCKPT_CANDIDATE8, JITCKPT_CANDIDATE);
-#undef JITCKPT_CANDIDATE8
-#undef JITCKPT_CANDIDATE
-}
-
-// C_all's candidates have no useful bound (they are relaxed first, into an empty row).
-JITCKPT_CLONES void relaxAllArray(float* __restrict out, const float* __restrict sub,
-                                  int sub_offset, float c, int lo, int hi) {
-  for (int m = lo; m <= hi; ++m) {
+// C_all, and the stage alone (s = t): relaxed first, into an empty row; out[m] = min(out[m],
+// c + sub[m - sub_offset]) on [lo, split_at), then the constant c + sub_min on [split_at, S].
+JITCKPT_CLONES void relaxAll(float* __restrict out, const float* __restrict sub, int sub_offset,
+                             float c, float sub_min, int lo, int split_at, int S) {
+  for (int m = lo; m < split_at; ++m) {
     const float v = allValue(c, sub[m - sub_offset]);
     out[m] = v < out[m] ? v : out[m];
   }
+  const float tail = allValue(c, sub_min);
+  for (int m = std::max(lo, split_at); m <= S; ++m) out[m] = tail < out[m] ? tail : out[m];
 }
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -185,7 +179,7 @@ void PersistentSolver::build() {
     int64_t bytes = 0;
     for (int last = first; last <= L_; ++last) {
       bytes += chain_.gradientBytes(last);
-      gradient_slots_[static_cast<size_t>(first) * (L_ + 1) + last] =
+      gradient_slots_[static_cast<size_t>(last) * (L_ + 2) + first] =
           static_cast<int>(std::min<int64_t>(ceilDiv(bytes, slot_), S_ + 1));
     }
   }
@@ -208,9 +202,10 @@ void PersistentSolver::build() {
   rows_.assign(static_cast<size_t>(L_) * (L_ + 1) / 2, Row{});
   rows_by_start_.assign(static_cast<size_t>(L_ + 1) * (L_ + 1), Row{});
   chunks_.clear();
-  chunk_size_ = std::max<size_t>(size_t{1} << 20, static_cast<size_t>(S_) + 1);
+  chunk_size_ = std::max<size_t>(size_t{1} << 20, static_cast<size_t>(S_) + 1 + kRowPadding);
   chunk_used_ = chunk_size_;
-  std::vector<float> out(static_cast<size_t>(S_) + 1);
+  std::vector<float> out(static_cast<size_t>(S_) + 1 + kBlock);  // blocks may run past S
+  std::vector<Split> splits;
   // Cell (s,t) reads (s',t) for s' > s and (s,t') for t' < t. Within a block of columns, s runs
   // downwards and t upwards, so both are ready; zero-size shifts read the same m, which is fine
   // because those rows belong to shorter intervals. The rows (s,t') of row s are read once per
@@ -218,31 +213,33 @@ void PersistentSolver::build() {
   for (int t0 = 1; t0 <= L_; t0 += kColumnBlock) {
     const int t1 = std::min(L_, t0 + kColumnBlock - 1);
     for (int s = t1; s >= 1; --s) {
-      for (int t = std::max(s, t0); t <= t1; ++t) computeRow(s, t, out);
+      for (int t = std::max(s, t0); t <= t1; ++t) computeRow(s, t, out, splits);
     }
   }
 }
 
-void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer) {
+void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer,
+                                  std::vector<Split>& splits) {
   float* out = buffer.data();
   std::fill(buffer.begin(), buffer.end(), kInf);
   const int emem = ememSlots(s, t);
   const float stage_time = static_cast<float>(chain_.uf[s] + chain_.ub[s]);
   if (s == t) {  // C[s,s,m] = uf[s] + ub[s] from m_all(s,s) on
-    if (emem <= S_) relaxConstant(out, stage_time, emem, S_);
+    if (emem <= S_) relaxAll(out, nullptr, 0, stage_time, 0.0f, emem, emem, S_);
   } else {
     if (!revolve_only_) {  // C_all: Fall(s), solve (s+1, t) beside abar^s, B(s)
       const Row& sub = rows_[rowIndex(s + 1, t)];
       const int shift = static_cast<int>(abar_own_[s]);
       const int lo = std::max(emem, shift + sub.first);
       const int split_at = std::min(S_ + 1, std::max(lo, shift + sub.end));  // sub's constant tail
-      if (lo <= S_) {
-        relaxAllArray(out, sub.data, shift + sub.first, stage_time, lo, split_at - 1);
-        relaxConstant(out, allValue(stage_time, sub.min), split_at, S_);
-      }
+      if (lo <= S_)
+        relaxAll(out, sub.data, shift + sub.first, stage_time, sub.min, lo, split_at, S_);
     }
     // C_ck: Fck(s), F∅(s+1..s'-1), solve (s', t) beside a^{s'-1}, then (s, s'-1) beside the
-    // parameter gradients of s'..t.
+    // parameter gradients of s'..t. (The fields are written in place: a Split built aside and
+    // copied in was read back before its parts had reached memory, a stall on every split.)
+    splits.resize(static_cast<size_t>(t - s));
+    int count = 0;
     for (int split = s + 1; split <= t; ++split) {
       const int sweep = sweepSlots(s, split - 1, t);
       const Row& right = rows_[rowIndex(split, t)];
@@ -252,46 +249,47 @@ void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer) {
       const int lo = std::max({sweep, shift + right.first, left_shift + left.first});
       if (lo > S_) continue;
       const float forward_time = static_cast<float>(prefix_uf_[split - 1] - prefix_uf_[s - 1]);
-      const float bound = checkpointValue(forward_time, right.min, left.min);
-      // [lo, S] in up to three pieces: both rows in their stored middle, one in its tail, both
-      // in their tails; each stops where the row is already at or below this split's bound.
-      const int right_tail = std::max(lo, shift + right.end);
-      const int left_tail = std::max(lo, left_shift + left.end);
-      const int both = std::min({right_tail, left_tail, S_ + 1});
-      int m = relaxArrays(out, right.data, shift + right.first, left.data, left_shift + left.first,
-                          forward_time, bound, lo, both - 1);
-      if (m < both) continue;
-      if (right_tail < left_tail) {
-        const int last = std::min(S_, left_tail - 1);
-        m = relaxLeftArray(out, right.min, left.data, left_shift + left.first, forward_time, bound,
-                           both, last);
-        if (m <= last) continue;
-      } else {
-        const int last = std::min(S_, right_tail - 1);
-        m = relaxRightArray(out, right.data, shift + right.first, left.min, forward_time, bound,
-                            both, last);
-        if (m <= last) continue;
-      }
-      relaxConstant(out, bound, std::max(right_tail, left_tail), S_);
+      Split& k = splits[static_cast<size_t>(count++)];
+      k.right = right.data;
+      k.left = left.data;
+      k.right_offset = shift + right.first;
+      k.right_width = right.end - right.first;
+      k.left_offset = left_shift + left.first;
+      k.left_width = left.end - left.first;
+      k.lo = lo;
+      k.c = forward_time;
+      k.bound = checkpointValue(forward_time, right.min, left.min);
     }
+    relaxSplits(out, splits.data(), count, S_);
   }
-  // Compress: first finite m, and the start of the constant tail.
+  storeRow(s, t, out);
+}
+
+// Stores row (s,t) compressed: from the first finite m to the start of the constant tail.
+void PersistentSolver::storeRow(int s, int t, const float* out) {
+  // The row is non-increasing in m (see relaxSplits): both ends are binary searches.
   Row& row = rows_[rowIndex(s, t)];
-  int first = 0;
-  while (first <= S_ && out[first] >= kFeasible) ++first;
+  const float* const past = out + S_ + 1;
+  const int first = static_cast<int>(
+      std::partition_point(out, past, [](float v) { return v >= kFeasible; }) - out);
   row.first = first;
   row.min = first <= S_ ? out[S_] : kInf;
-  int end = S_ + 1;
-  while (end > first && out[end - 1] == row.min) --end;
+  const float min = row.min;
+  const int end =
+      first > S_
+          ? first
+          : static_cast<int>(
+                std::partition_point(out + first, past, [min](float v) { return v != min; }) - out);
   row.end = end;
   const size_t width = static_cast<size_t>(end - first);
-  if (chunks_.empty() || chunk_used_ + width > chunk_size_) {
+  if (chunks_.empty() || chunk_used_ + width + kRowPadding > chunk_size_) {
     chunks_.emplace_back(new float[chunk_size_]);
     chunk_used_ = 0;
   }
   float* stored = chunks_.back().get() + chunk_used_;
   std::copy(out + first, out + end, stored);
-  chunk_used_ += width;
+  std::fill(stored + width, stored + width + kRowPadding, row.min);  // see relaxSplits
+  chunk_used_ += width + kRowPadding;
   row.data = stored;
   rows_by_start_[rowByStartIndex(s, t)] = row;
 }

@@ -27,6 +27,10 @@
 
 namespace jitckpt::solver {
 
+namespace detail {
+struct Split;  // one split of a cell, as the DP's inner loop reads it (persistent_dp.cpp)
+}
+
 struct SolveResult {
   bool feasible = false;
   Schedule schedule;
@@ -85,10 +89,11 @@ class PersistentSolver {
   }
   // Parameter gradients of stages first..last in slots (0 when first > last).
   int gradientSlots(int first, int last) const {
-    return gradient_slots_[static_cast<size_t>(first) * (L_ + 1) + last];
+    return gradient_slots_[static_cast<size_t>(last) * (L_ + 2) + first];
   }
   void build();
-  void computeRow(int s, int t, std::vector<float>& out);
+  void computeRow(int s, int t, std::vector<float>& out, std::vector<detail::Split>& splits);
+  void storeRow(int s, int t, const float* out);
   void backtrack(int s, int t, int m, Schedule& out) const;
 
   Costs chain_;
@@ -98,9 +103,10 @@ class PersistentSolver {
   int64_t max_limit_ = 0;
   bool revolve_only_ = false;
   std::vector<int64_t> wa_, abar_own_, wd_, of_, ob_;  // in slots, capped at S_ + 1
-  std::vector<double> prefix_uf_;    // prefix_uf_[l]: no-grad forward times of stages 1..l
-  std::vector<int> gradient_slots_;  // (first, last) -> gradients of first..last in slots
-  std::vector<int> sweep_;           // (s,last) -> peak of Fck(s), F∅(s+1..last), (L+1) x (L+1)
+  std::vector<double> prefix_uf_;  // prefix_uf_[l]: no-grad forward times of stages 1..l
+  // (first, last) -> gradients of first..last in slots, stored by last: a cell reads a column.
+  std::vector<int> gradient_slots_;
+  std::vector<int> sweep_;  // (s,last) -> peak of Fck(s), F∅(s+1..last), (L+1) x (L+1)
   std::vector<Row> rows_;
   std::vector<Row> rows_by_start_;
   std::vector<std::unique_ptr<float[]>> chunks_;
