@@ -57,7 +57,9 @@ namespace jitckpt {
 
 struct ProfileOptions {
   int repeats = 5;  // timed runs per stage and direction; the median is kept
-  int warmup = 1;   // untimed forward+backward rounds per stage before measuring
+  // Untimed forward+backward rounds per stage before measuring, and untimed runs of the whole
+  // no-checkpointing schedule before timing it (calibration_runs).
+  int warmup = 1;
   // Called after each stage with (stage, total). Null: "jitckpt: profiling stage i/L" on stderr,
   // at most once a second (and for the last stage when anything was printed).
   std::function<void(int, int)> progress;
@@ -106,6 +108,7 @@ struct ChainProfile {
   // Median time of that schedule (ms, -1 when not run) and the factor the stage times in `costs`
   // were scaled by (ProfileOptions::calibration_runs); `stages` keeps the unscaled times.
   double measured_unconstrained_ms = -1;
+  std::vector<double> unconstrained_run_ms;  // the timed runs, in order
   double time_scale = 1;
 };
 

@@ -8,6 +8,7 @@
 
 #include "passes/partition_module.h"
 #include "passes/profile.h"
+#include "runtime/probes/stopwatch.h"
 #include "solver/baselines.h"
 #include "solver/costs.h"
 #include "solver/simulator.h"
@@ -127,6 +128,9 @@ TEST(ProfileChain, StageTimesAreCalibratedOnTheWholeSchedule) {
   const auto x = torch::randn({kBatch, 32});
   const ChainProfile p = profileChain(m, partitionModule(m), {x}, quiet(3));
   ASSERT_GT(p.measured_unconstrained_ms, 0);
+  // Three timed runs (after an untimed one), their median the measured time.
+  ASSERT_EQ(p.unconstrained_run_ms.size(), 3u);
+  EXPECT_EQ(p.measured_unconstrained_ms, probes::median(p.unconstrained_run_ms));
   ASSERT_GE(p.time_scale, 0.5);
   ASSERT_LE(p.time_scale, 2.0);
   for (int l = 1; l <= 3; ++l) {
@@ -144,6 +148,7 @@ TEST(ProfileChain, StageTimesAreCalibratedOnTheWholeSchedule) {
   const ChainProfile raw = profileChain(m, partitionModule(m), {x}, uncalibrated);
   EXPECT_EQ(raw.time_scale, 1.0);
   EXPECT_EQ(raw.measured_unconstrained_ms, -1);
+  EXPECT_TRUE(raw.unconstrained_run_ms.empty());
   EXPECT_DOUBLE_EQ(raw.costs.uf[1], raw.stages[0].forward_ms);
 }
 
