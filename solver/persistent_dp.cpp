@@ -7,9 +7,10 @@
 // 16 floats; rows are stored compressed (see Row in the header), and row-major as well as
 // column-major so that both operands of a split are read in order; cells are filled in blocks of
 // four columns, so that the rows those cells read stay in the core's cache; and a split s' is
-// relaxed only over the m where it can still win: its value is at least uf[s..s'-1] + min C[s',t]
-// + min C[s,s'-1], and the row being built is non-increasing in m, so the relaxation stops at the
-// first block where the row is already at or below that bound (exact, also in float arithmetic).
+// relaxed only over the m where it can still win: its value is at least the no-grad forward time
+// of s..s'-1 + min C[s',t] + min C[s,s'-1], and the row being built is non-increasing in m, so the
+// relaxation stops at the first block where the row is already at or below that bound (exact, also
+// in float arithmetic).
 // The time goes into the rows' memory and the relaxations' exits, not into arithmetic: of the
 // blocks relaxed, about one in five lowers a cell.
 #include "solver/persistent_dp.h"
@@ -48,9 +49,9 @@ inline float checkpointValue(float forward_time, float right, float left) {
 // bound: nothing from there on can change. A stored row carries kRowPadding copies of its tail
 // value after its stored middle, so a read index clamped to the middle's end reads the tail: a
 // block reads true values wherever it starts, and `out` has kBlock cells past S for blocks that
-// run past it (written, never read). Whole blocks, with no scalar remainder and no separate loops
-// for the rows' tails, keep each split to one loop with one exit: the time goes into waiting on
-// the rows' memory and on that exit, not into arithmetic.
+// run past it (relaxed like the others, never stored). Whole blocks, with no scalar remainder and
+// no separate loops for the rows' tails, keep each split to one loop with one exit: the time goes
+// into waiting on the rows' memory and on that exit, not into arithmetic.
 }  // namespace
 
 struct detail::Split {
@@ -146,6 +147,15 @@ int PersistentSolver::ememSlots(int s, int t) const {
   const int64_t forward = wd_[t] + abar_own_[s] + of_[s];
   const int64_t backward = wd_[s] + abar_own_[s] + wd_[s - 1] + ob_[s] + gradientSlots(s + 1, t);
   return static_cast<int>(std::min<int64_t>(std::max(forward, backward), S_ + 1));
+}
+
+float PersistentSolver::cell(int s, int t, int m) const {
+  if (s < 1 || t < s || t > L_ || m < 0 || m > S_)
+    throw std::out_of_range("PersistentSolver::cell: (" + std::to_string(s) + ", " +
+                            std::to_string(t) + ", " + std::to_string(m) +
+                            ") is outside the table of " + std::to_string(L_) + " stages and " +
+                            std::to_string(S_) + " slots");
+  return value(s, t, m);
 }
 
 float PersistentSolver::value(int s, int t, int m) const {
@@ -268,6 +278,13 @@ void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer,
 // Stores row (s,t) compressed: from the first finite m to the start of the constant tail.
 void PersistentSolver::storeRow(int s, int t, const float* out) {
   // The row is non-increasing in m (see relaxSplits): both ends are binary searches.
+#ifndef NDEBUG
+  for (int m = 0; m < S_; ++m) {
+    if (out[m + 1] > out[m])
+      throw std::logic_error("persistent DP: row (" + std::to_string(s) + ", " + std::to_string(t) +
+                             ") increases at m = " + std::to_string(m));
+  }
+#endif
   Row& row = rows_[rowIndex(s, t)];
   const float* const past = out + S_ + 1;
   const int first = static_cast<int>(

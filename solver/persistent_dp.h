@@ -62,13 +62,18 @@ class PersistentSolver {
   int64_t maxLimit() const { return max_limit_; }
   int64_t minFeasibleLimit() const;  // -1 when none up to maxLimit()
   size_t tableBytes() const;         // memory the table holds (rows and their values)
+  // C[s,t,m] as the table holds it, for 1 <= s <= t <= L and 0 <= m <= S (slots); above 1e29
+  // where nothing fits. For tests and inspection.
+  float cell(int s, int t, int m) const;
+  int slots() const { return S_; }
 
  private:
-  // Row (s,t) of the table, compressed: C[s,t,m] is +inf for m < first, data[offset + m - first]
-  // for first <= m < end, and `min` (the value at m = S) from end on. Rows are non-increasing in
-  // m, and most of a row is the infinite prefix or the constant tail, so storing only the middle
-  // keeps the table a few times smaller (the DP is bound by memory traffic, not arithmetic).
-  // `data` points into chunks_, which never move.
+  // Row (s,t) of the table, compressed: C[s,t,m] is +inf for m < first, data[m - first] for
+  // first <= m < end, and `min` (the value at m = S) from end on. Rows are non-increasing in m
+  // (storeRow finds first and end by binary search), and most of a row is the infinite prefix or
+  // the constant tail, so storing only the middle keeps the table a few times smaller (the DP is
+  // bound by memory traffic, not arithmetic). `data` points into chunks_, which never move, and
+  // is followed by kRowPadding copies of `min` (persistent_dp.cpp reads whole blocks).
   struct Row {
     const float* data = nullptr;
     int first = 0;

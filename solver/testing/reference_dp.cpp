@@ -14,12 +14,12 @@ int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-std::vector<CurvePoint> referenceCurve(const Costs& chain, int64_t max_limit, int slots,
-                                       bool revolve_only) {
+ReferenceTable::ReferenceTable(const Costs& chain, int64_t max_limit, int slots,
+                               bool revolve_only) {
   validate(chain);
-  const int L = chain.length();
-  const int64_t slot = std::max<int64_t>(1, ceilDiv(max_limit, slots));
-  const int S = static_cast<int>(max_limit / slot);
+  const int L = L_ = chain.length();
+  const int64_t slot = slot_ = std::max<int64_t>(1, ceilDiv(max_limit, slots));
+  const int S = S_ = static_cast<int>(max_limit / slot);
   auto toSlots = [&](int64_t bytes) { return std::min<int64_t>(ceilDiv(bytes, slot), S + 1); };
   auto wa = [&](int l) { return toSlots(chain.wa[l]); };
   auto wd = [&](int l) { return toSlots(chain.wd[l]); };
@@ -41,9 +41,9 @@ std::vector<CurvePoint> referenceCurve(const Costs& chain, int64_t max_limit, in
   auto forwardTime = [&](int s, int last) {
     return static_cast<float>(prefix[last] - prefix[s - 1]);
   };
-  // table[s][t][m], m = 0..S.
-  std::vector<std::vector<std::vector<float>>> table(
-      L + 2, std::vector<std::vector<float>>(L + 1, std::vector<float>(S + 1, kInf)));
+  input_slots_ = wa(0);
+  auto& table = table_;  // table[s][t][m], m = 0..S
+  table.assign(L + 2, std::vector<std::vector<float>>(L + 1, std::vector<float>(S + 1, kInf)));
   for (int length = 0; length < L; ++length) {
     for (int s = 1; s + length <= L; ++s) {
       const int t = s + length;
@@ -73,12 +73,17 @@ std::vector<CurvePoint> referenceCurve(const Costs& chain, int64_t max_limit, in
       }
     }
   }
+}
+
+float ReferenceTable::value(int s, int t, int m) const { return table_[s][t][m]; }
+
+std::vector<CurvePoint> ReferenceTable::curve() const {
   std::vector<CurvePoint> points;
   float last = kInf;
-  for (int m = 0; m + wa(0) <= S; ++m) {
-    const float v = table[1][L][m];
+  for (int m = 0; m + input_slots_ <= S_; ++m) {
+    const float v = table_[1][L_][m];
     if (v < kFeasible && v < last) {
-      points.push_back({(m + wa(0)) * slot, static_cast<double>(v)});
+      points.push_back({(m + input_slots_) * slot_, static_cast<double>(v)});
       last = v;
     }
   }
