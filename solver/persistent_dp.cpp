@@ -123,30 +123,30 @@ JITCKPT_CLONES void relaxAll(float* __restrict out, const float* __restrict sub,
   for (int m = std::max(lo, split_at); m <= S; ++m) out[m] = tail < out[m] ? tail : out[m];
 }
 
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+const Costs& validated(const Costs& chain, int64_t max_limit, int slots) {
+  validate(chain);
+  if (slots < 1) throw std::invalid_argument("the number of memory slots must be at least 1");
+  if (max_limit < 1) throw std::invalid_argument("the memory limit must be at least 1 byte");
+  return chain;
+}
 
 }  // namespace
 
 PersistentSolver::PersistentSolver(const Costs& chain, int64_t max_limit, int slots,
                                    bool revolve_only)
-    : chain_(chain), revolve_only_(revolve_only) {
-  validate(chain_);
-  if (slots < 1) throw std::invalid_argument("the number of memory slots must be at least 1");
-  if (max_limit < 1) throw std::invalid_argument("the memory limit must be at least 1 byte");
-  L_ = chain_.length();
-  max_limit_ = max_limit;
-  slot_ = std::max<int64_t>(1, ceilDiv(max_limit, slots));
-  S_ = static_cast<int>(max_limit / slot_);
+    : chain_(validated(chain, max_limit, slots)),
+      L_(chain_.length()),
+      max_limit_(max_limit),
+      slot_(std::max<int64_t>(1, ceilDiv(max_limit, slots))),
+      S_(static_cast<int>(max_limit / slot_)),
+      revolve_only_(revolve_only),
+      sizes_(chain_, slot_, S_ + 1) {
   build();
 }
 
-// Paper: m_all(s,t) = max(wd[t] + wabar[s] + of[s], wd[s] + wabar[s] + ob[s]). Departures: B(s)
-// also holds the delta^{s-1} it produces (simulator rule), hence + wd[s-1], and it runs beside
-// the parameter gradients of s+1..t; abar^s costs what a^{s-1} does not hold (abarOwnBytes).
+// The C_all peak (ChainSizes::allPeak) in slots.
 int PersistentSolver::ememSlots(int s, int t) const {
-  const int64_t forward = wd_[t] + abar_own_[s] + of_[s];
-  const int64_t backward = wd_[s] + abar_own_[s] + wd_[s - 1] + ob_[s] + gradientSlots(s + 1, t);
-  return static_cast<int>(std::min<int64_t>(std::max(forward, backward), S_ + 1));
+  return static_cast<int>(sizes_.allPeak(s, t, gradientSlots(s + 1, t)));
 }
 
 float PersistentSolver::cell(int s, int t, int m) const {
@@ -166,44 +166,26 @@ float PersistentSolver::value(int s, int t, int m) const {
 }
 
 void PersistentSolver::build() {
-  // Sizes in slots, rounded up; anything above the table is capped at S_ + 1 (never fits).
-  auto toSlots = [&](const std::vector<int64_t>& bytes) {
-    std::vector<int64_t> slots(bytes.size());
-    for (size_t i = 0; i < bytes.size(); ++i)
-      slots[i] = std::min<int64_t>(ceilDiv(bytes[i], slot_), S_ + 1);
-    return slots;
-  };
-  wa_ = toSlots(chain_.wa);
-  std::vector<int64_t> abar_own(chain_.wabar.size());
-  for (int l = 0; l <= L_; ++l) abar_own[l] = chain_.abarOwnBytes(l);
-  abar_own_ = toSlots(abar_own);
-  wd_ = toSlots(chain_.wd);
-  of_ = toSlots(chain_.of);
-  ob_ = toSlots(chain_.ob);
   prefix_uf_.assign(L_ + 1, 0.0);
   // Fck and F∅ run without recording: their own time (Costs::noGradForward).
   for (int l = 1; l <= L_; ++l) prefix_uf_[l] = prefix_uf_[l - 1] + chain_.noGradForward(l);
   // Gradients of stages first..last in slots, tabled: the DP reads one per split.
   gradient_slots_.assign(static_cast<size_t>(L_ + 2) * (L_ + 1), 0);
   for (int first = 1; first <= L_; ++first) {
-    int64_t bytes = 0;
-    for (int last = first; last <= L_; ++last) {
-      bytes += chain_.gradientBytes(last);
+    for (int last = first; last <= L_; ++last)
       gradient_slots_[static_cast<size_t>(last) * (L_ + 2) + first] =
-          static_cast<int>(std::min<int64_t>(ceilDiv(bytes, slot_), S_ + 1));
-    }
+          static_cast<int>(sizes_.gradients(first, last));
   }
 
-  // The forward run of C_ck, Fck(s) then F∅(s+1..k), peaks at max(wa[s] + of[s], max_{s<j<=k}
-  // wa[j-1] + wa[j] + of[j]) beside delta^t. The paper's m_∅(s,t) takes k = t-1 for every split as
-  // a lower bound on (s,t); here each split s' checks its own run (k = s'-1), and its two
-  // sub-problems check the rest. That is exact, and stays so where stages pass tensors through
-  // (Costs::wpass) and a later F(j) may cost less than wa[j-1] + wa[j].
+  // The forward run of C_ck (ChainSizes::runStart, runStep). The paper's m_∅(s,t) takes it up to
+  // t-1 for every split as a lower bound on (s,t); here each split s' checks its own run (to
+  // s'-1), and its two sub-problems check the rest. That is exact, and stays so where stages pass
+  // tensors through (Costs::wpass) and a later F(j) may cost less than wa[j-1] + wa[j].
   sweep_.assign(static_cast<size_t>(L_ + 1) * (L_ + 1), 0);
   for (int s = 1; s <= L_; ++s) {
-    int64_t peak = wa_[s] + of_[s];
+    int64_t peak = sizes_.runStart(s);
     for (int k = s; k <= L_; ++k) {
-      if (k > s) peak = std::max(peak, wa_[k - 1] + wa_[k] + of_[k]);
+      if (k > s) peak = std::max(peak, sizes_.runStep(k));
       sweep_[static_cast<size_t>(s) * (L_ + 1) + k] =
           static_cast<int>(std::min<int64_t>(peak, S_ + 1));
     }
@@ -239,7 +221,7 @@ void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer,
   } else {
     if (!revolve_only_) {  // C_all: Fall(s), solve (s+1, t) beside abar^s, B(s)
       const Row& sub = rows_[rowIndex(s + 1, t)];
-      const int shift = static_cast<int>(abar_own_[s]);
+      const int shift = static_cast<int>(sizes_.abar_own[s]);
       const int lo = std::max(emem, shift + sub.first);
       const int split_at = std::min(S_ + 1, std::max(lo, shift + sub.end));  // sub's constant tail
       if (lo <= S_)
@@ -254,7 +236,7 @@ void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer,
       const int sweep = sweepSlots(s, split - 1, t);
       const Row& right = rows_[rowIndex(split, t)];
       const Row& left = rows_by_start_[rowByStartIndex(s, split - 1)];
-      const int shift = static_cast<int>(wa_[split - 1]);
+      const int shift = static_cast<int>(sizes_.wa[split - 1]);
       const int left_shift = gradientSlots(split, t);
       const int lo = std::max({sweep, shift + right.first, left_shift + left.first});
       if (lo > S_) continue;
@@ -320,7 +302,7 @@ void PersistentSolver::backtrack(int s, int t, int m, Schedule& out) const {
   }
   const float stage_time = static_cast<float>(chain_.uf[s] + chain_.ub[s]);
   if (!revolve_only_) {
-    const int shift = static_cast<int>(abar_own_[s]);
+    const int shift = static_cast<int>(sizes_.abar_own[s]);
     if (m >= ememSlots(s, t) && m >= shift &&
         allValue(stage_time, value(s + 1, t, m - shift)) == target) {
       out.push_back({OpKind::ForwardAll, s});
@@ -330,7 +312,7 @@ void PersistentSolver::backtrack(int s, int t, int m, Schedule& out) const {
     }
   }
   for (int split = s + 1; split <= t; ++split) {
-    const int shift = static_cast<int>(wa_[split - 1]);
+    const int shift = static_cast<int>(sizes_.wa[split - 1]);
     const int left_shift = gradientSlots(split, t);
     if (m < sweepSlots(s, split - 1, t) || m < shift || m < left_shift) continue;
     const float forward_time = static_cast<float>(prefix_uf_[split - 1] - prefix_uf_[s - 1]);
@@ -349,7 +331,7 @@ void PersistentSolver::backtrack(int s, int t, int m, Schedule& out) const {
 
 int64_t PersistentSolver::minFeasibleLimit() const {
   const Row& top = rows_[rowIndex(1, L_)];
-  const int64_t m = top.first + wa_[0];
+  const int64_t m = top.first + sizes_.wa[0];
   return top.first <= S_ && m <= S_ ? m * slot_ : -1;
 }
 
@@ -368,7 +350,8 @@ SolveResult PersistentSolver::solve(int64_t limit) const {
   }
   // The chain input a^0 is held throughout; the DP's memory excludes it (paper: C[1, L, M -
   // wa[0]]).
-  const int m = static_cast<int>(std::max<int64_t>(limit, 0) / slot_) - static_cast<int>(wa_[0]);
+  const int m =
+      static_cast<int>(std::max<int64_t>(limit, 0) / slot_) - static_cast<int>(sizes_.wa[0]);
   if (m < 0 || value(1, L_, m) >= kFeasible) {
     result.min_feasible_limit = minFeasibleLimit();
     result.message = "no persistent schedule fits in " + std::to_string(limit) + " bytes";
@@ -394,10 +377,10 @@ SolveResult PersistentSolver::solve(int64_t limit) const {
 std::vector<CurvePoint> PersistentSolver::curve() const {
   std::vector<CurvePoint> points;
   float last = kInf;
-  for (int m = 0; m + wa_[0] <= S_; ++m) {
+  for (int m = 0; m + sizes_.wa[0] <= S_; ++m) {
     const float v = value(1, L_, m);
     if (v < kFeasible && v < last) {
-      points.push_back({(m + wa_[0]) * slot_, static_cast<double>(v)});
+      points.push_back({(m + sizes_.wa[0]) * slot_, static_cast<double>(v)});
       last = v;
     }
   }

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "solver/chain_sizes.h"
 #include "solver/costs.h"
 #include "solver/schedule.h"
 
@@ -89,7 +90,7 @@ class PersistentSolver {
   int ememSlots(int s, int t) const;
   // Peak of Fck(s), F∅(s+1..last) beside delta^t, in slots (capped at S_ + 1).
   int sweepSlots(int s, int last, int t) const {
-    const int64_t peak = wd_[t] + sweep_[static_cast<size_t>(s) * (L_ + 1) + last];
+    const int64_t peak = sizes_.wd[t] + sweep_[static_cast<size_t>(s) * (L_ + 1) + last];
     return static_cast<int>(std::min<int64_t>(peak, S_ + 1));
   }
   // Parameter gradients of stages first..last in slots (0 when first > last).
@@ -103,11 +104,11 @@ class PersistentSolver {
 
   Costs chain_;
   int L_ = 0;
-  int S_ = 0;  // number of slots in the table (m = 0..S_)
-  int64_t slot_ = 1;
   int64_t max_limit_ = 0;
+  int64_t slot_ = 1;
+  int S_ = 0;  // number of slots in the table (m = 0..S_)
   bool revolve_only_ = false;
-  std::vector<int64_t> wa_, abar_own_, wd_, of_, ob_;  // in slots, capped at S_ + 1
+  ChainSizes sizes_;               // in slots, capped at S_ + 1
   std::vector<double> prefix_uf_;  // prefix_uf_[l]: no-grad forward times of stages 1..l
   // (first, last) -> gradients of first..last in slots, stored by last: a cell reads a column.
   std::vector<int> gradient_slots_;

@@ -1,0 +1,40 @@
+// A chain's sizes as the persistent DP charges them, in units of `unit` bytes rounded up and
+// capped at `cap`: slots for the time-memory table (persistent_dp.h), bytes (unit 1) for the
+// smallest peak (minimal_peak.h). The peak formulas live here once, so that both steps charge
+// the same memory; persistent_dp.h lists where they depart from the paper. Standard C++ only.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "solver/costs.h"
+
+namespace jitckpt::solver {
+
+inline int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct ChainSizes {
+  ChainSizes(const Costs& chain, int64_t unit, int64_t cap);
+
+  // m_all(s,t): Fall(s), then B(s) beside the parameter gradients `gradients` of s+1..t. The
+  // paper's max(wd[t] + wabar[s] + of[s], wd[s] + wabar[s] + ob[s]), and B(s) also holds the
+  // delta^{s-1} it produces (simulator rule); abar^s costs what a^{s-1} does not hold.
+  int64_t allPeak(int s, int t, int64_t gradients) const {
+    return std::min(cap, std::max(wd[t] + abar_own[s] + of[s],
+                                  wd[s] + abar_own[s] + wd[s - 1] + ob[s] + gradients));
+  }
+  // The forward run of C_ck, Fck(s) then F∅(s+1..k), peaks at the largest of runStart(s) and
+  // runStep(j) for s < j <= k, beside delta^t.
+  int64_t runStart(int s) const { return wa[s] + of[s]; }
+  int64_t runStep(int j) const { return wa[j - 1] + wa[j] + of[j]; }
+  // The parameter gradients of stages first..last, in units (0 when first > last).
+  int64_t gradients(int first, int last) const;
+
+  int64_t unit, cap;
+  // wa, abar^l's own part (Costs::abarOwnBytes), wd, of, ob; each capped.
+  std::vector<int64_t> wa, abar_own, wd, of, ob;
+  std::vector<int64_t> gradient_bytes_before;  // [l]: bytes of stages 1..l-1, exact
+};
+
+}  // namespace jitckpt::solver
