@@ -22,25 +22,17 @@ solver::Selection select(const solver::Costs& costs, int64_t limit, const SolveO
   }
 }
 
-// The schedule with the smallest peak the strategy finds: start from the limit an infeasible solve
-// names (found at a coarse resolution), then lower the limit to each found schedule's peak less one
-// byte while a schedule still fits (finer DP slots find smaller peaks). The DP's answer is not
-// monotonic in the limit near the minimum, so the schedule is kept, not only its peak.
+// The schedule with the smallest peak the strategy has (solver::selectSmallest).
 solver::Selection smallestSelection(const solver::Costs& costs, const SolveOptions& options) {
-  solver::Selection found = select(costs, 1, options);
-  for (int attempt = 0; !found.feasible && attempt < 8; ++attempt) {
-    TORCH_CHECK(found.min_feasible_limit > 0,
-                "jitckpt: no schedule of this chain fits any limit: ", found.message);
-    const int64_t limit = found.min_feasible_limit;
-    found = select(costs, limit, options);
-    if (!found.feasible) found.min_feasible_limit = limit + limit / 100 + 1;
+  const int stages = costs.length() - 1;  // periodic schedules segment the model's stages only
+  solver::Selection found;
+  try {
+    found =
+        solver::selectSmallest(costs, options.strategy, {options.slots, options.segments, stages});
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK(false, e.what());
   }
-  TORCH_INTERNAL_ASSERT(found.feasible, "no limit found at which a schedule fits");
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    solver::Selection lower = select(costs, found.peak - 1, options);
-    if (!lower.feasible) break;
-    found = std::move(lower);
-  }
+  TORCH_CHECK(found.feasible, "jitckpt: no schedule of this chain fits any limit: ", found.message);
   return found;
 }
 

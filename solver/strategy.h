@@ -2,12 +2,16 @@
 // Takes a chain's costs, a limit in bytes and a strategy; returns the fastest schedule of that
 // strategy whose peak, replayed by the simulator with exact sizes, fits the limit, or why none
 // does and the smallest limit that works. Torch-free.
-//   optimal   the fastest of the persistent DP's (slots of limit/S, as in the paper), the
-//             revolve-style, every periodic segment count and no checkpointing: the DP rounds
-//             sizes up to slots, so near the smallest feasible limit a baseline can fit where it
-//             finds nothing, or run faster; "optimal" is never worse than a baseline.
+//   optimal   the fastest of the persistent DP's (slots of limit/S, as in the paper), every
+//             periodic segment count and no checkpointing: the DP rounds sizes up to slots, so
+//             near the smallest feasible limit a baseline can fit where it finds nothing, or run
+//             faster; "optimal" is never worse than a baseline. Where nothing fits, the schedule
+//             of minimalPeak (exact smallest limit) and of tables just above that limit, so that
+//             every limit from the exact smallest one on has a schedule, and an infeasible one is
+//             told that limit.
 //   periodic  checkpoint_sequential with `segments` segments, or the fastest count that fits.
-//   revolve   the revolve-style DP (only a^l checkpoints, an Fall before every B).
+//   revolve   the revolve-style DP (only a^l checkpoints, an Fall before every B), with the same
+//             fallback where nothing fits.
 //   none      no checkpointing.
 #pragma once
 
@@ -35,7 +39,7 @@ struct Selection {
   Schedule schedule;
   int64_t peak = 0;  // simulated, <= the limit
   double time = 0;   // simulated
-  // "persistent DP", "revolve-style", "periodic (k segments)", "no checkpointing".
+  // "persistent DP", "revolve-style", "smallest peak", "periodic (k segments)", "no checkpointing".
   std::string origin;
   int segments = 0;                 // periodic schedules: the segment count
   int64_t min_feasible_limit = -1;  // infeasible: the smallest limit a candidate needs (-1: none)
@@ -44,5 +48,12 @@ struct Selection {
 
 Selection selectSchedule(const Costs& chain, int64_t limit, Strategy strategy,
                          const SelectOptions& options = {});
+
+// The smallest limit at which a schedule of the strategy exists, with the fastest schedule found
+// there (memory limit "min"). Optimal and revolve: minimalPeak's limit, exact in bytes, where
+// its schedule, the table built up to that limit and (optimal) every periodic count and no
+// checkpointing are candidates; one table, where lowering a limit table by table would need
+// many. Periodic and none: the smallest peak of their schedules.
+Selection selectSmallest(const Costs& chain, Strategy strategy, const SelectOptions& options = {});
 
 }  // namespace jitckpt::solver

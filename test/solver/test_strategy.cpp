@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "solver/baselines.h"
+#include "solver/minimal_peak.h"
 #include "solver/persistent_dp.h"
 #include "solver/simulator.h"
 #include "solver/strategy.h"
@@ -116,4 +117,45 @@ TEST(Strategy, FixedSegmentsAndNoneAreCheckedAgainstTheLimit) {
                std::invalid_argument);
   EXPECT_EQ(parseStrategy(toString(Strategy::Revolve)), Strategy::Revolve);
   EXPECT_THROW(parseStrategy("fastest"), std::invalid_argument);
+}
+
+// "min": the exact smallest limit (minimalPeak, itself held to the exhaustive search), a schedule
+// that fits it and is never slower than the candidates there, and selectSchedule agreeing on both
+// sides of that limit: below it nothing, with the limit named; at it, a schedule.
+TEST(Strategy, SmallestIsExactAndSelectScheduleAgrees) {
+  int table_or_baseline_won = 0;
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    const Costs chain = randomCosts(3 + static_cast<int>(seed % 12), seed, 50, 20);
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    for (Strategy strategy : {Strategy::Optimal, Strategy::Revolve}) {
+      const SelectOptions coarse{kCoarseSlots};
+      const MinimalPeak least = minimalPeak(chain, strategy == Strategy::Revolve);
+      const Selection smallest = selectSmallest(chain, strategy, coarse);
+      ASSERT_TRUE(smallest.feasible);
+      const SimulationResult sim = simulate(chain, smallest.schedule);
+      ASSERT_TRUE(sim.valid && sim.complete) << sim.reason;
+      EXPECT_EQ(sim.peak, least.limit);
+      EXPECT_EQ(smallest.peak, least.limit);
+      EXPECT_LE(smallest.time, least.time);
+      if (smallest.time < least.time) ++table_or_baseline_won;
+      const Selection below = selectSchedule(chain, least.limit - 1, strategy, coarse);
+      EXPECT_FALSE(below.feasible);
+      EXPECT_EQ(below.min_feasible_limit, least.limit);
+      const Selection at = selectSchedule(chain, least.limit, strategy, coarse);
+      ASSERT_TRUE(at.feasible) << at.message;
+      EXPECT_LE(at.time, least.time);
+    }
+    EXPECT_LE(minimalPeak(chain).limit, minimalPeak(chain, true).limit);
+    // Periodic and none: the smallest peak of their own schedules.
+    int64_t periodic_least = -1;
+    for (int k = 1; k <= chain.length(); ++k) {
+      const int64_t peak = simulate(chain, periodicSchedule(chain, k)).peak;
+      periodic_least = periodic_least < 0 ? peak : std::min(periodic_least, peak);
+    }
+    EXPECT_EQ(selectSmallest(chain, Strategy::Periodic).peak, periodic_least);
+    EXPECT_GE(periodic_least, minimalPeak(chain).limit);
+    EXPECT_EQ(selectSmallest(chain, Strategy::None).peak,
+              simulate(chain, noCheckpointSchedule(chain)).peak);
+  }
+  EXPECT_GT(table_or_baseline_won, 0);
 }

@@ -115,14 +115,25 @@ int run(Options o) {
   const Costs chain = o.chain_file.empty() ? builtinCosts(o.builtin) : readCostsFile(o.chain_file);
   if (!o.write_chain.empty()) writeCostsFile(chain, o.write_chain);
   const SimulationResult none = simulate(chain, noCheckpointSchedule(chain));
-  const int64_t limit =
-      std::min(MemoryLimit::parse(o.limit_text).resolve(none.peak), none.peak * 4);
+  const MemoryLimit asked_limit = MemoryLimit::parse(o.limit_text);
+  if (asked_limit.kind == MemoryLimit::Kind::Auto)
+    throw std::invalid_argument(
+        "--memory-limit auto needs a device; give bytes, a fraction or min");
   std::printf("chain: %d stages, input %s, no-checkpointing peak %s, time %.4f\n", chain.length(),
               formatBytes(chain.wa[0]).c_str(), formatBytes(none.peak).c_str(), none.time);
-  std::printf("limit: %s\n", formatBytes(limit).c_str());
+  const bool smallest = asked_limit.kind == MemoryLimit::Kind::Min;
+  int64_t limit = smallest ? 0 : std::min(asked_limit.resolve(none.peak), none.peak * 4);
+  if (!smallest) std::printf("limit: %s\n", formatBytes(limit).c_str());
 
   Schedule chosen;
-  if (o.strategy == "optimal" || o.strategy == "revolve") {
+  if (smallest) {  // the exact smallest limit of the strategy (selectSmallest)
+    const auto start = std::chrono::steady_clock::now();
+    const Selection found = selectSmallest(chain, parseStrategy(o.strategy), {o.slots, o.segments});
+    limit = found.peak;
+    chosen = found.schedule;
+    std::printf("limit: min = %s (%lld bytes; %s, %.3f s)\n", formatBytes(limit).c_str(),
+                static_cast<long long>(limit), found.origin.c_str(), secondsSince(start));
+  } else if (o.strategy == "optimal" || o.strategy == "revolve") {
     if (!solveWithDp(chain, limit, none.peak, o, chosen)) return 2;
   } else {
     const Strategy strategy = parseStrategy(o.strategy);
@@ -160,7 +171,8 @@ int main(int argc, char** argv) {
   source->require_option(1);
   app.add_option(
       "--memory-limit", o.limit_text,
-      "bytes (2GiB, 512MiB), a fraction of the no-checkpointing peak (0.5, 50%), or none");
+      "bytes (2GiB, 512MiB), a fraction of the no-checkpointing peak (0.5, 50%), none, or min "
+      "(the smallest limit a schedule of the strategy fits)");
   app.add_option("--slots", o.slots, "memory slots of the DP")->check(CLI::Range(1, 100000));
   app.add_option(
       "--strategy", o.strategy,
