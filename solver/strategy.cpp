@@ -155,12 +155,15 @@ Selection selectSchedule(const Costs& chain, int64_t limit, Strategy strategy,
   Candidates candidates(chain, limit);
   switch (strategy) {
     case Strategy::Optimal:
+      // Where no checkpointing fits, it is optimal and no table is needed: every schedule runs
+      // each stage's Fall and B at least once, and recomputation only adds.
+      candidates.consider(noCheckpointSchedule(chain), "no checkpointing");
+      if (candidates.anyFits()) break;
       // (No revolve-style table: its choices are a subset of the persistent DP's, at the same
       // slot sizes, so it is never faster; the periodic schedules are not discretized.)
       candidates.consider(solveOptimal(chain, limit, options.slots), "persistent DP");
       considerSmallestPeak(candidates, chain, limit, options.slots, false);
       considerPeriodic(candidates, chain, 1, -1, options);
-      candidates.consider(noCheckpointSchedule(chain), "no checkpointing");
       break;
     case Strategy::Periodic:
       if (options.segments > 0)

@@ -159,3 +159,24 @@ TEST(Strategy, SmallestIsExactAndSelectScheduleAgrees) {
   }
   EXPECT_GT(table_or_baseline_won, 0);
 }
+
+// Where no checkpointing fits, the selection is no checkpointing without a table, and the table
+// agrees that nothing is faster there.
+TEST(Strategy, NoCheckpointingWhereItFits) {
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    const Costs chain = randomCosts(3 + static_cast<int>(seed % 12), seed, 50, 20);
+    const SimulationResult none = simulate(chain, noCheckpointSchedule(chain));
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    for (int64_t limit : {none.peak, 3 * none.peak}) {
+      const Selection selection = selectSchedule(chain, limit, Strategy::Optimal);
+      ASSERT_TRUE(selection.feasible);
+      EXPECT_EQ(selection.schedule, noCheckpointSchedule(chain));
+      EXPECT_EQ(selection.origin, "no checkpointing");
+      const SolveResult dp = solveOptimal(chain, limit);
+      ASSERT_TRUE(dp.feasible);
+      EXPECT_DOUBLE_EQ(dp.time, none.time);
+    }
+    EXPECT_FALSE(selectSchedule(chain, none.peak - 1, Strategy::Optimal).schedule ==
+                 noCheckpointSchedule(chain));
+  }
+}
