@@ -117,8 +117,9 @@ def test_min_is_the_smallest_limit_that_works(name):
     train_step(model, family, 0)
     # As in test_model_families: the step also holds the loss and the small epilogue tensors.
     assert step_peak(model, family) <= named * 1.10 + 64 * 1024
-    with pytest.raises(RuntimeError, match="smallest limit that works"):
-        jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=int(0.98 * named), reuse_profile_of=model)
+    # Exact to the byte: one byte less is refused, and the error names this limit.
+    with pytest.raises(RuntimeError, match=rf"smallest limit that works is [^(]*\({named} bytes\)"):
+        jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=named - 1, reuse_profile_of=model)
 
 
 def gradient_bytes(model) -> int:
