@@ -7,8 +7,8 @@ batch 4 (bench/families.py's "bench" sizes).
 
 Per model, three points:
   plain     the scripted model under TorchScript's executor, no checkpointing
-  smallest  jitckpt at the smallest limit that works (the first point of the optimal solver's
-            time-memory curve); goal: a measured peak at most 25% of plain's (GPT), 35% (encoder)
+  smallest  jitckpt at the smallest limit that works (memory_limit="min", exact to the byte);
+            goal: a measured peak at most 25% of plain's (GPT), 35% (encoder)
   half      jitckpt at 50% of the unconstrained activation peak; goal: at most x1.25 plain's time
 
 Each point: warm-up steps (gradients, TorchScript's profiling runs), then the peak of one step
@@ -27,7 +27,6 @@ import csv
 import json
 import os
 import platform
-import re
 import statistics
 import sys
 import warnings
@@ -43,7 +42,6 @@ from common import TrainingStep, is_out_of_memory, pyplot, release_memory, step_
 # Short name -> (family, goal for the smallest point's peak ratio to plain).
 MODELS = {"gpt": ("gpt_mask_builtin", 0.25), "encoder": ("transformer_encoder", 0.35)}
 HALF_TIME_GOAL = 1.25
-SMALLEST = re.compile(r"smallest limit that works is [^(]*\((\d+) bytes\)")
 SIZES = {"small": "test", "full": "bench"}
 FIELDS = ["model", "family", "point", "status", "num_stages", "blocks", "limit_bytes", "predicted_peak",
           "measured_peak", "peak_ratio", "peak_goal", "predicted_ms", "median_ms", "time_ratio", "time_goal",
@@ -90,16 +88,7 @@ def prepare(point: Point, model: torch.jit.ScriptModule, device: str, warmup: in
 def jitckpt_point(name: str, family: families.Family, point: str, limit, profiled, device: str,
                   warmup: int) -> Point:
     try:
-        try:
-            model = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=limit, reuse_profile_of=profiled)
-        except RuntimeError as error:
-            # The smallest point: the solve at the curve's first limit may find it a little too
-            # small (the two discretize memory differently) and name the smallest that works.
-            named = SMALLEST.search(str(error)) if point == "smallest" else None
-            if named is None:
-                raise
-            model = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=int(named.group(1)),
-                                       reuse_profile_of=profiled)
+        model = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=limit, reuse_profile_of=profiled)
     except RuntimeError as error:
         release_memory(device)
         return Point(name, family, point, status=status_of(error), note=first_line(error))
@@ -158,12 +147,10 @@ def run_model(name: str, family_name: str, peak_goal: Optional[float], args: arg
                             for p in ("smallest", "half")]
     else:
         first = jitckpt.plan(profiled)
-        smallest_limit = first["curve"][0][0]
         print(f"  {first['num_stages']} stages for {family.blocks} blocks; unconstrained activation peak "
-              f"{first['unconstrained_peak'] / 2**20:.2f} MiB, smallest limit that works "
-              f"{smallest_limit / 2**20:.2f} MiB", flush=True)
+              f"{first['unconstrained_peak'] / 2**20:.2f} MiB", flush=True)
         points = [plain,
-                  jitckpt_point(name, family, "smallest", smallest_limit, profiled, device, args.warmup),
+                  jitckpt_point(name, family, "smallest", "min", profiled, device, args.warmup),
                   jitckpt_point(name, family, "half", 0.5, profiled, device, args.warmup)]
         del profiled
     for p in points:
