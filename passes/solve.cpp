@@ -12,26 +12,30 @@
 namespace jitckpt {
 namespace {
 
-solver::Selection select(const solver::Costs& costs, int64_t limit, const SolveOptions& options) {
+// Runs a solver selection with the plan's options; the solver's std::invalid_argument (a segment
+// count the chain cannot have) becomes a user error.
+template <typename Select>
+solver::Selection selectWith(const solver::Costs& costs, const SolveOptions& options,
+                             Select&& select) {
   const int stages = costs.length() - 1;  // periodic schedules segment the model's stages only
   try {
-    return solver::selectSchedule(costs, limit, options.strategy,
-                                  {options.slots, options.segments, stages});
+    return select(solver::SelectOptions{options.slots, options.segments, stages});
   } catch (const std::invalid_argument& e) {
     TORCH_CHECK(false, e.what());
   }
 }
 
+solver::Selection select(const solver::Costs& costs, int64_t limit, const SolveOptions& options) {
+  return selectWith(costs, options, [&](const solver::SelectOptions& choices) {
+    return solver::selectSchedule(costs, limit, options.strategy, choices);
+  });
+}
+
 // The schedule with the smallest peak the strategy has (solver::selectSmallest).
 solver::Selection smallestSelection(const solver::Costs& costs, const SolveOptions& options) {
-  const int stages = costs.length() - 1;  // periodic schedules segment the model's stages only
-  solver::Selection found;
-  try {
-    found =
-        solver::selectSmallest(costs, options.strategy, {options.slots, options.segments, stages});
-  } catch (const std::invalid_argument& e) {
-    TORCH_CHECK(false, e.what());
-  }
+  solver::Selection found = selectWith(costs, options, [&](const solver::SelectOptions& choices) {
+    return solver::selectSmallest(costs, options.strategy, choices);
+  });
   TORCH_CHECK(found.feasible, "jitckpt: no schedule of this chain fits any limit: ", found.message);
   return found;
 }

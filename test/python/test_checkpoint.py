@@ -128,6 +128,11 @@ def test_bad_inputs_are_clear_errors(profiled):
         jitckpt.checkpoint(scripted(), (X,), memory_limit=1.5)
     with pytest.raises(RuntimeError, match="unknown unit"):
         jitckpt.checkpoint(scripted(), (X,), memory_limit="3 parsecs", reuse_profile_of=profiled)
+    # More periodic segments than the chain has stages, at a limit and at "min"
+    for limit in (0.7, "min"):
+        with pytest.raises(RuntimeError, match=r"periodic: 500 segments for a chain of \d+ stages"):
+            jitckpt.checkpoint(scripted(), (X,), memory_limit=limit, strategy="periodic", segments=500,
+                               reuse_profile_of=profiled)
 
 
 def test_save_and_load_in_a_fresh_process(tmp_path, profiled):
