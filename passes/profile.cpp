@@ -102,8 +102,7 @@ Tensors measureMemory(StageRunner& runner, int l, const Tensors& current,
   s.input_grad_bytes = storageBytes(gradients.inputs);
   s.parameter_grad_bytes = parameterGradBytes(runner, gradients);
   for (const auto& [position, gradient] : gradients.lifted) {
-    s.lifted_gradients.emplace_back(firstPositionOf(runner.arguments().lifted_tensors, position),
-                                    storageBytes({gradient}));
+    s.lifted_gradients.emplace_back(runner.firstPosition(position), storageBytes({gradient}));
   }
   // B holds the stage's parameter gradients at its end, with transients that may come before
   // them: ob covers both (once B is done they are wg's, held to the end of the chain's backward).
@@ -176,7 +175,7 @@ UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inpu
     recorded[l].reset();
     delta = std::move(gradients.inputs);
     for (auto& [position, gradient] : gradients.lifted) {
-      at::Tensor& sum = lifted_grads[firstPositionOf(runner.arguments().lifted_tensors, position)];
+      at::Tensor& sum = lifted_grads[runner.firstPosition(position)];
       sum = sum.defined() ? sum + gradient : std::move(gradient);
     }
   }

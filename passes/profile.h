@@ -85,7 +85,7 @@ struct StageProfile {  // the measurements behind one stage's costs, for reports
   // stay until the chain's backward hands them to autograd, as .grad would hold them.
   int64_t parameter_grad_bytes = 0;
   // The gradients B returned for lifted tensors (parameters and side values): the first position
-  // of each tensor among the lifted ones (see firstPositionOf), and its bytes.
+  // of each tensor among the lifted ones (see firstPositions), and its bytes.
   std::vector<std::pair<size_t, int64_t>> lifted_gradients;
   int64_t forward_overhead_no_grad = 0, forward_overhead_grad = 0;  // of = max of the two
   int64_t backward_overhead = 0;                                    // ob

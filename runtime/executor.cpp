@@ -103,7 +103,7 @@ void ScheduleExecutor::backward(int l) {
   // several gradients for one tensor and autograd would add them in the op's input order, the
   // first use first: with three uses or more, (g1 + g2) + g3 instead of (g3 + g2) + g1, other bits.
   for (auto& [position, gradient] : gradients.lifted) {
-    at::Tensor& sum = lifted_grads_[firstPositionOf(runner_.arguments().lifted_tensors, position)];
+    at::Tensor& sum = lifted_grads_[runner_.firstPosition(position)];
     sum = sum.defined() ? sum + gradient : std::move(gradient);
   }
   delta_[l - 1] = std::move(gradients.inputs);
@@ -169,7 +169,7 @@ Tensors ScheduleExecutor::runBackwardWholeGraph(const Tensors& output_grads) {
   }
   for (auto& [position, leaf] : side_leaves) {
     wrt.push_back(std::move(leaf));
-    where.push_back(num_inputs + firstPositionOf(arguments.lifted_tensors, position));
+    where.push_back(num_inputs + runner_.firstPosition(position));
   }
   Tensors result(num_inputs + arguments.lifted_tensors.size());
   if (roots.empty() || wrt.empty()) return result;

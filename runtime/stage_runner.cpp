@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/functions/basic_ops.h>
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "runtime/error_text.h"
 
@@ -84,13 +85,16 @@ std::optional<c10::Device> chainDevice(const ChainArguments& arguments) {
   return std::nullopt;
 }
 
-size_t firstPositionOf(const Tensors& lifted, size_t position) {
-  const at::Tensor& t = lifted[position];
-  if (!t.defined()) return position;
-  for (size_t q = 0; q < position; ++q) {
-    if (lifted[q].is_same(t)) return q;
+std::vector<size_t> firstPositions(const Tensors& lifted) {
+  std::vector<size_t> first(lifted.size());
+  std::unordered_map<const c10::TensorImpl*, size_t> seen;
+  seen.reserve(lifted.size());
+  for (size_t position = 0; position < lifted.size(); ++position) {
+    const at::Tensor& t = lifted[position];
+    first[position] =
+        t.defined() ? seen.emplace(t.unsafeGetTensorImpl(), position).first->second : position;
   }
-  return position;
+  return first;
 }
 
 InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments) {
@@ -101,6 +105,7 @@ InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments) {
   };
   for (const auto& t : arguments.inputs) add(t);
   std::vector<std::string> parameter_types;
+  std::vector<std::pair<at::ScalarType, c10::Device>> parameter_kinds;
   for (size_t k = 0; k < stages.lifted().size(); ++k) {
     const size_t position = stages.position(k);
     const LiftedKind kind = stages.lifted()[k].kind;
@@ -111,9 +116,14 @@ InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments) {
       add(arguments.lifted_scalars[position].toTensor());
     } else if (kind != LiftedKind::Scalar && position < arguments.lifted_tensors.size() &&
                arguments.lifted_tensors[position].defined()) {
-      const std::string type = typeOf(arguments.lifted_tensors[position]);
-      if (std::find(parameter_types.begin(), parameter_types.end(), type) == parameter_types.end())
-        parameter_types.push_back(type);
+      const at::Tensor& t = arguments.lifted_tensors[position];
+      // Named once per (dtype, device): thousands of parameters share a few.
+      if (std::none_of(parameter_kinds.begin(), parameter_kinds.end(), [&](const auto& seen) {
+            return seen.first == t.scalar_type() && seen.second == t.device();
+          })) {
+        parameter_kinds.emplace_back(t.scalar_type(), t.device());
+        parameter_types.push_back(typeOf(t));
+      }
     }
   }
   std::sort(parameter_types.begin(), parameter_types.end());
@@ -138,6 +148,7 @@ StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArgumen
     : stages_(std::move(stages)),
       arguments_(std::move(arguments)),
       buffer_writes_(buffer_writes),
+      first_positions_(firstPositions(arguments_.lifted_tensors)),
       ran_(stages_->size() + 1, false),
       rng_(stages_->size() + 1),
       scratch_(stages_->size() + 1) {
