@@ -1,5 +1,6 @@
 """Model families beyond the torchvision CNNs, each parametrized by size: tiny for the tests
-("test"), realistic for the benchmarks ("bench").
+("test"), realistic for the benchmarks on the CPU ("bench"); the GPT and the encoder also have a
+GPU size ("large": sequence 1024, d 1024, 16 heads, 12 blocks, batch 8).
 
     FAMILIES[name](size="test", device="cpu") -> Family
 
@@ -32,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-SIZES = ("test", "bench")
+SIZES = ("test", "bench", "large")
 
 
 def tensors_of(output: Any) -> List[Tensor]:
@@ -71,10 +72,12 @@ class Family:
         return f"Family({self.name}: {self.description}; {self.blocks} blocks)"
 
 
-def _pick(size: str, test, bench):
+def _pick(size: str, test, bench, large=None):
     if size not in SIZES:
         raise ValueError(f"size must be one of {SIZES}, not {size!r}")
-    return test if size == "test" else bench
+    if size == "large" and large is None:
+        raise ValueError("this family has no 'large' size; use 'test' or 'bench'")
+    return {"test": test, "bench": bench, "large": large}[size]
 
 
 def _family(name: str, build: Callable[[], nn.Module], inputs: Tuple[Tensor, ...], blocks: int, device: str,
@@ -113,7 +116,8 @@ class EncoderClassifier(nn.Module):
 
 
 def transformer_encoder(size: str = "test", device: str = "cpu") -> Family:
-    b, t, features, d, heads, layers, classes = _pick(size, (4, 32, 8, 16, 2, 3, 4), (4, 256, 64, 256, 4, 6, 16))
+    b, t, features, d, heads, layers, classes = _pick(size, (4, 32, 8, 16, 2, 4, 4), (4, 256, 64, 256, 4, 6, 16),
+                                                       (8, 1024, 64, 1024, 16, 12, 16))
     g = _generator()
     x = torch.randn(b, t, features, generator=g)
     mask = torch.zeros(b, t, dtype=torch.bool)
@@ -207,7 +211,7 @@ class GPTMaskBuiltin(nn.Module):
 
 def _gpt_sizes(size: str):
     # batch, sequence, vocab, d, heads, layers
-    return _pick(size, (4, 32, 32, 16, 2, 4), (4, 256, 512, 256, 4, 12))
+    return _pick(size, (4, 32, 32, 16, 2, 4), (4, 256, 512, 256, 4, 12), (8, 1024, 8192, 1024, 16, 12))
 
 
 def causal_mask(t: int) -> Tensor:

@@ -30,10 +30,39 @@ bool isImmutableScalar(const c10::TypePtr& type) {
   }
 }
 
+// Whether a node after `v`'s definition writes to `v` or to an alias of it (to the end of the
+// graph: the chain's backward reads lifted values after the epilogue). AliasDb::hasWriters alone
+// also counts writes to storage made later that AliasDb's wildcard sets confuse with `v`: on
+// PyTorch 2.x every nn.TransformerEncoderLayer builds its own padding mask as
+// zeros_like(mask).masked_fill_(mask, -inf), which left the whole encoder in one stage.
+// Cached: bestValidCuts asks about the same values for every start it tries.
+class WrittenAfterDefinition {
+ public:
+  WrittenAfterDefinition(const TopLevelNodes& top, const torch::jit::AliasDb& alias_db)
+      : top_(top), alias_db_(alias_db) {}
+  bool operator()(Value* v) {
+    if (!alias_db_.hasWriters(v)) return false;
+    auto cached = cache_.find(v);
+    if (cached != cache_.end()) return cached->second;
+    bool written = false;
+    for (size_t i = top_.definedAt(v); i < top_.nodes.size() && !written; ++i) {
+      forEachNestedNode(top_.nodes[i], [&](Node* n) {
+        written = written || (n->blocks().empty() && writesToValue(n, v, top_, alias_db_));
+      });
+    }
+    return cache_.emplace(v, written).first->second;
+  }
+
+ private:
+  const TopLevelNodes& top_;
+  const torch::jit::AliasDb& alias_db_;
+  std::unordered_map<const Value*, bool> cache_;
+};
+
 // Non-tensor values defined before the chain that the op can take as lifted scalars: immutable
 // scalars, and Optional, List and Tuple of them or of tensors (a padding mask that may be None,
-// a shape) that nothing writes.
-bool isLiftableBeforeChain(Value* v, const torch::jit::AliasDb& alias_db) {
+// a shape) that nothing writes once they are defined.
+bool isLiftableBeforeChain(Value* v, WrittenAfterDefinition& written) {
   std::function<bool(const c10::TypePtr&)> liftable = [&](const c10::TypePtr& type) {
     if (isImmutableScalar(type) || type->kind() == c10::TypeKind::TensorType) return true;
     const auto kind = type->kind();
@@ -45,13 +74,7 @@ bool isLiftableBeforeChain(Value* v, const torch::jit::AliasDb& alias_db) {
     }
     return true;
   };
-  return liftable(v->type()) && !alias_db.hasWriters(v);
-}
-
-// The top-level node that contains `n` (itself when top-level).
-Node* topLevelOwner(Node* n, const torch::jit::Block* top) {
-  while (n->owningBlock() != top) n = n->owningBlock()->owningNode();
-  return n;
+  return liftable(v->type()) && !written(v);
 }
 
 // Tensor lists whose contents are known at every position: built by a top-level ListConstruct
@@ -143,7 +166,7 @@ void addListElements(Cut& cut) {
 // of known contents defined in the chain is carried as its elements. Any other non-tensor defined
 // before the chain makes a cut invalid, and so does any other non-tensor defined in it.
 std::vector<Cut> validCuts(const TopLevelNodes& top, const torch::jit::AliasDb& alias_db,
-                           size_t start_from) {
+                           WrittenAfterDefinition& written, size_t start_from) {
   std::vector<Cut> cuts;
   TrackedLists lists(top, alias_db);
   std::optional<size_t> chain_start;
@@ -161,7 +184,7 @@ std::vector<Cut> validCuts(const TopLevelNodes& top, const torch::jit::AliasDb& 
         valid = false;  // may hold no tensor: an early return's placeholder
       } else if (isTensor(v)) {
         if (!chain_start || !before_chain || carried_from_before.count(v)) cut.live.push_back(v);
-      } else if (before_chain && isLiftableBeforeChain(v, alias_db)) {
+      } else if (before_chain && isLiftableBeforeChain(v, written)) {
         continue;  // lifted
       } else if (auto elements = chain_start ? lists.elementsAt(v, pos) : std::nullopt) {
         cut.lists.push_back({v, std::move(*elements)});
@@ -202,13 +225,14 @@ constexpr size_t kMaxStartDelay = 64;
 constexpr size_t kMaxSearchedPositions = 4000;
 
 std::vector<Cut> bestValidCuts(const TopLevelNodes& top, const torch::jit::AliasDb& alias_db) {
-  std::vector<Cut> best = validCuts(top, alias_db, top.chain_begin);
+  WrittenAfterDefinition written(top, alias_db);
+  std::vector<Cut> best = validCuts(top, alias_db, written, top.chain_begin);
   if (best.empty() || top.end > kMaxSearchedPositions) return best;
   const HeavyOpCounts heavy = countHeavyOps(top);
   size_t best_gaps = separableGaps(best, heavy);
   const size_t first = best.front().position;
   for (size_t start = first + 1; start <= std::min(top.end, first + kMaxStartDelay); ++start) {
-    std::vector<Cut> cuts = validCuts(top, alias_db, start);
+    std::vector<Cut> cuts = validCuts(top, alias_db, written, start);
     const size_t gaps = cuts.empty() ? 0 : separableGaps(cuts, heavy);
     if (gaps > best_gaps) {
       best = std::move(cuts);
@@ -229,6 +253,11 @@ int64_t boundaryBytes(const std::vector<Value*>& live, const ValueBytes& bytes) 
 }
 
 }  // namespace
+
+Node* topLevelOwner(Node* n, const torch::jit::Block* top) {
+  while (n->owningBlock() != top) n = n->owningBlock()->owningNode();
+  return n;
+}
 
 bool TopLevelNodes::isHoisted(const Value* v) const {
   return v == self ||

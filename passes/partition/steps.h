@@ -103,6 +103,9 @@ struct TopLevelNodes {
   size_t definedAt(const Value* v) const;
 };
 
+// The top-level node that contains `n` (itself when top-level).
+Node* topLevelOwner(Node* n, const torch::jit::Block* top);
+
 // Call after hoistAttributesAndConstants; `num_side_nodes` from hoistSideComputations.
 TopLevelNodes listTopLevel(Graph& graph, size_t num_side_nodes = 0);
 
@@ -194,5 +197,11 @@ std::vector<size_t> directlyWrittenInputs(const Node* n);
 // (through a view or alias too). Writes to attributes are left out; see writes.cpp.
 bool writesToActivation(Node* n, const torch::jit::ValueSet& values,
                         const torch::jit::AliasDb& alias_db);
+
+// Whether `n` (a node without blocks) writes in place storage that `v` may hold. Storage that an
+// op made after `v` was defined (zeros_like, reached back through views and ops that return
+// their input) is not `v`'s, whatever AliasDb's wildcard sets say (see writes.cpp).
+bool writesToValue(const Node* n, const Value* v, const TopLevelNodes& top,
+                   const torch::jit::AliasDb& alias_db);
 
 }  // namespace jitckpt::partition_steps

@@ -44,4 +44,47 @@ bool writesToActivation(Node* n, const torch::jit::ValueSet& values,
   return false;
 }
 
+namespace {
+
+// Whether the storage of `w` was made by an op positioned after `v`'s definition: following `w`
+// back through unchecked casts and outputs that alias an input (views, in-place ops returning
+// self), to an output whose schema gives it no alias set (fresh storage).
+bool madeAfter(const Value* w, const Value* v, const TopLevelNodes& top) {
+  for (int step = 0; step < 64; ++step) {
+    const Node* n = w->node();
+    if (n->kind() == c10::prim::unchecked_cast) {
+      w = n->input(0);
+      continue;
+    }
+    const auto* schema = n->maybeSchema();
+    if (!schema || w->offset() >= schema->returns().size()) return false;
+    const auto* alias = schema->returns()[w->offset()].alias_info();
+    if (!alias) {
+      const auto found = top.index.find(topLevelOwner(const_cast<Node*>(n), top.block));
+      return found != top.index.end() && found->second >= top.definedAt(v);
+    }
+    const Value* source = nullptr;
+    for (size_t a = 0; a < schema->arguments().size() && a < n->inputs().size(); ++a) {
+      const auto* input_alias = schema->arguments()[a].alias_info();
+      if (input_alias && input_alias->beforeSets() == alias->beforeSets()) source = n->input(a);
+    }
+    if (!source) return false;
+    w = source;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool writesToValue(const Node* n, const Value* v, const TopLevelNodes& top,
+                   const torch::jit::AliasDb& alias_db) {
+  if (!n->maybeSchema())
+    return alias_db.writesToAlias(const_cast<Node*>(n), torch::jit::ValueSet{v});
+  for (size_t a : directlyWrittenInputs(n)) {
+    const Value* written = n->input(a);
+    if (alias_db.mayAlias(written, v) && !madeAfter(written, v, top)) return true;
+  }
+  return false;
+}
+
 }  // namespace jitckpt::partition_steps

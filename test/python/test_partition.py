@@ -136,3 +136,31 @@ def test_single_stage_warning_reaches_python_warnings():
         info = jitckpt.partition(torch.jit.script(Elementwise()))
     assert info["num_stages"] == 1
     assert any("single stage" in str(w.message) for w in caught), [str(w.message) for w in caught]
+
+
+
+class PaddedEncoder(torch.nn.Module):
+    def __init__(self, layers: int):
+        super().__init__()
+        layer = torch.nn.TransformerEncoderLayer(16, 2, 32, 0.0, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.encoder(x, src_key_padding_mask=mask)
+
+
+def test_transformer_encoder_layers_are_stages():
+    """PyTorch 2.x's nn.TransformerEncoderLayer builds its own additive padding mask with
+    zeros_like(mask).masked_fill_(mask, -inf): AliasDb counted that as a write to the encoder's
+    optional mask, which then could not be lifted, and the whole encoder became one stage (3 stages
+    for any number of layers). Each layer is a stage on 1.13 and 2.x."""
+    torch.manual_seed(0)
+    model = torch.jit.script(PaddedEncoder(4))
+    x = torch.randn(2, 6, 16)
+    mask = torch.zeros(2, 6, dtype=torch.bool)
+    mask[1, 4:] = True
+    info = jitckpt.partition(model, (x, mask))
+    assert info["num_stages"] >= 4, info["labels"]
+    expected = model(x, mask)
+    rewritten = jitckpt.checkpoint(model, (x, mask), memory_limit=None)
+    torch.testing.assert_close(rewritten(x, mask), expected, rtol=0, atol=0)
