@@ -42,7 +42,7 @@ from common import TrainingStep, is_out_of_memory, pyplot, release_memory, step_
 # Short name -> (family, goal for the smallest point's peak ratio to plain).
 MODELS = {"gpt": ("gpt_mask_builtin", 0.25), "encoder": ("transformer_encoder", 0.35)}
 HALF_TIME_GOAL = 1.25
-SIZES = {"small": "test", "full": "bench"}
+SIZES = {"small": "test", "full": "bench", "large": "large"}
 FIELDS = ["model", "family", "point", "status", "num_stages", "blocks", "limit_bytes", "predicted_peak",
           "measured_peak", "peak_ratio", "peak_goal", "predicted_ms", "median_ms", "time_ratio", "time_goal",
           "meets_goal", "note"]
@@ -240,7 +240,8 @@ def main() -> None:
     parser.add_argument("--models", default="gpt,encoder",
                         help="comma-separated: gpt, encoder, or any bench/families.py family")
     parser.add_argument("--size", choices=list(SIZES), default="full",
-                        help="full: the sizes above; small: the tests' tiny sizes, for a quick smoke run")
+                        help="full: the sizes above; small: the tests' tiny sizes, for a quick smoke run; "
+                             "large: sequence 1024, d 1024, 16 heads, 12 blocks, batch 8 (a GPU's size)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--steps", type=int, default=7, help="timing rounds; each point's median is kept")
     parser.add_argument("--run-steps", type=int, default=1, help="steps per timed run (raise on a fast GPU)")

@@ -1,0 +1,99 @@
+"""Where jitckpt's overhead with no memory limit comes from on a GPU: per model, a training step of
+plain TorchScript, of plain TorchScript without its optimizing executor (the interpreter that
+jitckpt's stages run in), of jitckpt unconstrained and of the eager model, each paired with plain
+in alternating rounds (median and range of the time ratio), and each step's host time (from the
+call until it returns, the GPU not waited for) beside its synchronized time: where the two are
+equal, the step is bound by the host, and every microsecond of per-stage bookkeeping shows.
+
+    PYTHONPATH=build-cuda/python:bench python3 bench/host_overhead.py inception_v3:500:8 resnet101:1000:2
+
+Arguments: model:image:batch (bench/zoo.py names). --profile DIR also writes torch.profiler tables
+(self CPU and self CUDA time per op) of one step of plain and of jitckpt per model.
+"""
+import argparse
+import os
+import statistics
+import time
+import warnings
+
+import torch
+
+import jitckpt
+import zoo
+from common import make_step, paired_ratios, steps_per_run, synchronize
+
+
+def without_optimizing_executor(step):
+    def run():
+        with torch.jit.optimized_execution(False):
+            step()
+    return run
+
+
+def host_and_step_ms(step, device: str, repeats: int = 5):
+    host, full = [], []
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        step()
+        returned = time.perf_counter()
+        synchronize(device)
+        host.append(returned - start)
+        full.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(host), 1e3 * statistics.median(full)
+
+
+def profile_tables(steps, device: str, path: str) -> None:
+    from torch.profiler import ProfilerActivity, profile
+    for name in ("plain", "jitckpt"):
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            steps[name]()
+            synchronize(device)
+        with open(f"{path}-{name}.txt", "w") as f:
+            f.write(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30) + "\n\n")
+            f.write(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=30))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("experiments", nargs="+", help="model:image:batch")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--eager", action="store_true", help="also time the eager model")
+    parser.add_argument("--profile", default="", help="folder for torch.profiler tables")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    for experiment in args.experiments:
+        name, image, batch = experiment.split(":")
+        torch.manual_seed(0)
+        scripted, eager = zoo.build(name, args.device)
+        x = torch.randn(int(batch), 3, int(image), int(image), device=args.device)
+        parameters = list(scripted.parameters())
+        start = time.perf_counter()
+        rewritten = jitckpt.checkpoint(scripted, (x,), memory_limit=None)
+        planned = time.perf_counter() - start
+        steps = {"plain": make_step(scripted, x, parameters), "jitckpt": make_step(rewritten, x, parameters)}
+        steps["plain-noopt"] = without_optimizing_executor(steps["plain"])
+        if args.eager:
+            steps["eager"] = make_step(eager, x, parameters)
+        for step in steps.values():
+            for _ in range(4):  # gradients, TorchScript's profiling runs
+                step()
+        per_run = steps_per_run(steps["plain"], args.device, 0.5)
+        print(f"{experiment}: planned in {planned:.1f} s, {per_run} steps a run", flush=True)
+        for key, step in steps.items():
+            line = f"  {key:12s} host {{:.1f}} ms, step {{:.1f}} ms".format(*host_and_step_ms(step, args.device))
+            if key != "plain":
+                ratios = paired_ratios(steps["plain"], step, args.device, per_run, args.rounds)
+                line += f", / plain x{statistics.median(ratios):.3f} [{min(ratios):.3f}, {max(ratios):.3f}]"
+            print(line, flush=True)
+        if args.profile:
+            os.makedirs(args.profile, exist_ok=True)
+            profile_tables(steps, args.device, os.path.join(args.profile, f"profile-{name}"))
+        del steps, rewritten, scripted, eager
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
