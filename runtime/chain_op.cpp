@@ -8,6 +8,7 @@
 
 #include "runtime/executor.h"
 #include "runtime/replan.h"
+#include "solver/memory_limit.h"
 
 namespace jitckpt {
 namespace {
@@ -35,8 +36,8 @@ void warnIfGradientsAreHeld(const std::vector<at::Tensor>& lifted) {
   TORCH_WARN_ONCE(
       "jitckpt: the parameters of the checkpointed chain already hold gradients in "
       ".grad, so its backward holds up to ",
-      bytes / (1 << 20),
-      " MiB of new gradients until it hands them to autograd; zero gradients with "
+      solver::formatBytes(bytes),
+      " of new gradients until it hands them to autograd; zero gradients with "
       "zero_grad(set_to_none=True) (the default on PyTorch 2.x) to avoid that");
 }
 
