@@ -35,8 +35,9 @@ struct ReleasingRoot : public torch::autograd::Node {
 // what it did not (a residual sum) is freed at once. An invalid wrt edge gets no gradient.
 Tensors gradientsOf(torch::autograd::edge_list root_edges, Tensors root_grads,
                     torch::autograd::edge_list wrt_edges) {
-  // The root's own input is a placeholder it ignores (the engine needs one, with a device).
-  const at::Tensor placeholder = at::zeros({}, root_grads.at(0).options());
+  // The root's own input is a placeholder it ignores (the engine needs one, with a device):
+  // uninitialized, so that no kernel is launched for it.
+  const at::Tensor placeholder = at::empty({}, root_grads.at(0).options());
   auto root = std::make_shared<ReleasingRoot>(std::move(root_edges), std::move(root_grads));
   root->add_input_metadata(placeholder);
   for (auto& edge : wrt_edges) {
