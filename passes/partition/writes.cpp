@@ -82,7 +82,10 @@ bool writesToValue(const Node* n, const Value* v, const TopLevelNodes& top,
     return alias_db.writesToAlias(const_cast<Node*>(n), torch::jit::ValueSet{v});
   for (size_t a : directlyWrittenInputs(n)) {
     const Value* written = n->input(a);
-    if (alias_db.mayAlias(written, v) && !madeAfter(written, v, top)) return true;
+    // mayContainAlias: `v` may be a list or tuple whose elements the node writes.
+    if (alias_db.mayContainAlias(const_cast<Value*>(written), const_cast<Value*>(v)) &&
+        !madeAfter(written, v, top))
+      return true;
   }
   return false;
 }
