@@ -74,6 +74,17 @@ bool madeAfter(const Value* w, const Value* v, const TopLevelNodes& top) {
   return false;
 }
 
+// Whether `v` may hold the storage of `written`: as an alias (a tensor, an Optional tensor), or
+// among its elements (a list or tuple). Only containers ask mayContainAlias: asked of the
+// encoder's Optional mask on PyTorch 2.x it also matched in-place writes that mayAlias does not,
+// and nn.TransformerEncoder was one stage again.
+bool mayHold(const Value* written, const Value* v, const torch::jit::AliasDb& alias_db) {
+  const auto kind = v->type()->kind();
+  if (kind == c10::TypeKind::ListType || kind == c10::TypeKind::TupleType)
+    return alias_db.mayContainAlias(const_cast<Value*>(written), const_cast<Value*>(v));
+  return alias_db.mayAlias(written, v);
+}
+
 }  // namespace
 
 bool writesToValue(const Node* n, const Value* v, const TopLevelNodes& top,
@@ -82,10 +93,7 @@ bool writesToValue(const Node* n, const Value* v, const TopLevelNodes& top,
     return alias_db.writesToAlias(const_cast<Node*>(n), torch::jit::ValueSet{v});
   for (size_t a : directlyWrittenInputs(n)) {
     const Value* written = n->input(a);
-    // mayContainAlias: `v` may be a list or tuple whose elements the node writes.
-    if (alias_db.mayContainAlias(const_cast<Value*>(written), const_cast<Value*>(v)) &&
-        !madeAfter(written, v, top))
-      return true;
+    if (mayHold(written, v, alias_db) && !madeAfter(written, v, top)) return true;
   }
   return false;
 }
