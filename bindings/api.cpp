@@ -128,6 +128,7 @@ py::dict solutionInfo(const jitckpt::Plan& plan) {
   costs["wabar"] = s.costs.wabar;
   costs["wd"] = s.costs.wd;
   costs["of"] = s.costs.of;
+  costs["of_nograd"] = s.costs.of_nograd.empty() ? s.costs.of : s.costs.of_nograd;
   costs["ob"] = s.costs.ob;
   costs["wg"] = s.costs.wg.empty() ? std::vector<int64_t>(s.costs.uf.size(), 0) : s.costs.wg;
   costs["wpass"] =

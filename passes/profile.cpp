@@ -221,7 +221,8 @@ void appendStage(solver::Costs& c, const StageProfile& s, int l) {
   c.wabar.push_back(std::max(s.recorded_bytes + s.passed_bytes, s.output_bytes));
   c.wd[l - 1] = s.input_grad_bytes;
   c.wd.push_back(0);  // delta^l: set by stage l+1 (or by the caller for l = L)
-  c.of.push_back(std::max(s.forward_overhead_no_grad, s.forward_overhead_grad));
+  c.of.push_back(s.forward_overhead_grad);
+  c.of_nograd.push_back(s.forward_overhead_no_grad);
   c.ob.push_back(s.backward_overhead);
 }
 
@@ -235,7 +236,7 @@ void appendTerminalStage(solver::Costs& c, const Tensors& chain_outputs) {
   }
   c.wd.back() = output_grad_bytes;
   for (auto* v : {&c.uf, &c.uf_nograd, &c.ub}) v->push_back(0);
-  for (auto* v : {&c.wa, &c.wabar, &c.wd, &c.of, &c.ob, &c.wpass}) v->push_back(0);
+  for (auto* v : {&c.wa, &c.wabar, &c.wd, &c.of, &c.of_nograd, &c.ob, &c.wpass}) v->push_back(0);
 }
 
 }  // namespace
@@ -259,7 +260,7 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   c = solver::Costs{};
   c.uf = c.uf_nograd = c.ub = {0};
   c.wa = {storageBytes(arguments.inputs)};
-  c.wabar = c.wd = c.of = c.ob = c.wpass = {0};
+  c.wabar = c.wd = c.of = c.of_nograd = c.ob = c.wpass = {0};
   profile.labels = {"input"};
   Tensors current;
   for (const auto& t : arguments.inputs) current.push_back(t.detach());

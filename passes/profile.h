@@ -17,9 +17,9 @@
 //            alive: the outputs plus everything the autograd graph saved, not the input (it was
 //            live before); plus wpass[l], so that abar^l includes all of a^l as the paper has
 //            it. The solver charges abar^l without wpass (Costs::abarOwnBytes).
-//   of[l]    forward overhead: peak minus baseline minus what stays live afterwards, the larger of
-//            the no-grad forward (Fck/F∅ keep a^l) and the recording forward (Fall keeps abar^l),
-//            since the schedule charges one of[l] to all three.
+//   of[l]    Fall's overhead: its peak minus baseline minus what stays live afterwards (abar^l).
+//   of_nograd[l]  the same for the no-grad forward (Fck/F∅ keep a^l): the intermediates it frees
+//            as it goes, which Fall keeps in abar^l instead.
 //   wd[l-1]  bytes of the input gradient B(l) produces (delta^{l-1}); 0 for stage 1 when the chain
 //            input needs no gradient. wd[L]: bytes of delta^L, ones_like(a^L) for the outputs that
 //            require grad, as autograd hands them to the chain.
@@ -87,8 +87,9 @@ struct StageProfile {  // the measurements behind one stage's costs, for reports
   // The gradients B returned for lifted tensors (parameters and side values): the first position
   // of each tensor among the lifted ones (see firstPositions), and its bytes.
   std::vector<std::pair<size_t, int64_t>> lifted_gradients;
-  int64_t forward_overhead_no_grad = 0, forward_overhead_grad = 0;  // of = max of the two
-  int64_t backward_overhead = 0;                                    // ob
+  int64_t forward_overhead_no_grad = 0;  // of_nograd
+  int64_t forward_overhead_grad = 0;     // of
+  int64_t backward_overhead = 0;         // ob
 };
 
 struct ChainProfile {

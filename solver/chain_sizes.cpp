@@ -12,6 +12,7 @@ ChainSizes::ChainSizes(const Costs& chain, int64_t unit_bytes, int64_t cap_units
     abar_own.push_back(units(chain.abarOwnBytes(l)));
     wd.push_back(units(chain.wd[l]));
     of.push_back(units(chain.of[l]));
+    of_nograd.push_back(units(chain.noGradForwardOverhead(l)));
     ob.push_back(units(chain.ob[l]));
   }
   gradient_bytes_before.assign(L + 2, 0);

@@ -25,15 +25,15 @@ struct ChainSizes {
                                   wd[s] + abar_own[s] + wd[s - 1] + ob[s] + gradients));
   }
   // The forward run of C_ck, Fck(s) then F∅(s+1..k), peaks at the largest of runStart(s) and
-  // runStep(j) for s < j <= k, beside delta^t.
-  int64_t runStart(int s) const { return wa[s] + of[s]; }
-  int64_t runStep(int j) const { return wa[j - 1] + wa[j] + of[j]; }
+  // runStep(j) for s < j <= k, beside delta^t; those forwards do not record (of_nograd).
+  int64_t runStart(int s) const { return wa[s] + of_nograd[s]; }
+  int64_t runStep(int j) const { return wa[j - 1] + wa[j] + of_nograd[j]; }
   // The parameter gradients of stages first..last, in units (0 when first > last).
   int64_t gradients(int first, int last) const;
 
   int64_t unit, cap;
-  // wa, abar^l's own part (Costs::abarOwnBytes), wd, of, ob; each capped.
-  std::vector<int64_t> wa, abar_own, wd, of, ob;
+  // wa, abar^l's own part (Costs::abarOwnBytes), wd, of, of_nograd, ob; each capped.
+  std::vector<int64_t> wa, abar_own, wd, of, of_nograd, ob;
   std::vector<int64_t> gradient_bytes_before;  // [l]: bytes of stages 1..l-1, exact
 };
 

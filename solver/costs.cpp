@@ -75,6 +75,7 @@ void validate(const Costs& chain) {
   checkLength(chain.of.size(), "of");
   checkLength(chain.ob.size(), "ob");
   if (!chain.uf_nograd.empty()) checkLength(chain.uf_nograd.size(), "uf_nograd");
+  if (!chain.of_nograd.empty()) checkLength(chain.of_nograd.size(), "of_nograd");
   if (!chain.wg.empty()) checkLength(chain.wg.size(), "wg");
   if (!chain.wpass.empty()) checkLength(chain.wpass.size(), "wpass");
   checkNonNegative(chain.uf, "uf");
@@ -84,6 +85,7 @@ void validate(const Costs& chain) {
   checkNonNegative(chain.wabar, "wabar");
   checkNonNegative(chain.wd, "wd");
   checkNonNegative(chain.of, "of");
+  checkNonNegative(chain.of_nograd, "of_nograd");
   checkNonNegative(chain.ob, "ob");
   checkNonNegative(chain.wg, "wg");
   checkNonNegative(chain.wpass, "wpass");
@@ -126,6 +128,7 @@ Costs costsFromJson(const std::string& text) {
   chain.of = readField<int64_t>(json, "of");
   chain.ob = readField<int64_t>(json, "ob");
   if (json.contains("uf_nograd")) chain.uf_nograd = readField<double>(json, "uf_nograd");
+  if (json.contains("of_nograd")) chain.of_nograd = readField<int64_t>(json, "of_nograd");
   if (json.contains("wg")) chain.wg = readField<int64_t>(json, "wg");
   if (json.contains("wpass")) chain.wpass = readField<int64_t>(json, "wpass");
   validate(chain);
@@ -136,6 +139,7 @@ std::string costsToJson(const Costs& chain) {
   Json json = {{"uf", chain.uf}, {"ub", chain.ub}, {"wa", chain.wa}, {"wabar", chain.wabar},
                {"wd", chain.wd}, {"of", chain.of}, {"ob", chain.ob}};
   if (!chain.uf_nograd.empty()) json["uf_nograd"] = chain.uf_nograd;
+  if (!chain.of_nograd.empty()) json["of_nograd"] = chain.of_nograd;
   if (!chain.wg.empty()) json["wg"] = chain.wg;
   if (!chain.wpass.empty()) json["wpass"] = chain.wpass;
   return json.dump(1);

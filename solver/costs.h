@@ -22,6 +22,12 @@ namespace jitckpt::solver {
 // bookkeeping), so uf is Fall's time and uf_nograd, when given, that of Fck and F∅. The simulator,
 // the persistent DP and the exhaustive searches all charge each operation its own time, so the DP
 // stays exactly optimal under the simulator. Without uf_nograd both are uf, as in the paper.
+// Their transient memory differs too, the other way round: a forward without recording frees each
+// intermediate tensor once the next op has read it, so its peak above its output (of_nograd) may be
+// several intermediates, while a recording forward keeps them in abar (counted there) and peaks
+// only by a kernel's workspace above it (of). Each forward kind is charged its own overhead;
+// charging every forward the larger of the two over-counted a recomputed Fall by their difference.
+// Without of_nograd both are of, as in the paper.
 //
 // Second extension: B(l) also produces the gradients of the parameters stage l reads, and they
 // stay allocated until the whole chain's backward ends (they reach autograd, and .grad, with the
@@ -38,21 +44,26 @@ namespace jitckpt::solver {
 // checkpoint) still costs all of wa[l]: it may outlive a^{l-1}. Memory stays a function of what
 // is held, so Fall(l) over a lone a^l frees all of wa[l]. Without wpass, nothing is shared.
 struct Costs {
-  std::vector<double> uf;         // forward time of stage l, recording (Fall)
-  std::vector<double> uf_nograd;  // forward time without recording (Fck, F∅); empty: uf
-  std::vector<double> ub;         // backward time of stage l
-  std::vector<int64_t> wa;        // size of a^l (wa[0]: chain input)
-  std::vector<int64_t> wabar;     // size of abar^l: all that B^l needs, a^l included
-  std::vector<int64_t> wd;        // size of delta^l (wd[0]: input gradient)
-  std::vector<int64_t> of;        // forward overhead: peak minus inputs and outputs
-  std::vector<int64_t> ob;        // backward overhead
-  std::vector<int64_t> wg;        // parameter gradients B(l) leaves held; empty: none
-  std::vector<int64_t> wpass;     // bytes of a^l that are storages of a^{l-1}; empty: none
+  std::vector<double> uf;          // forward time of stage l, recording (Fall)
+  std::vector<double> uf_nograd;   // forward time without recording (Fck, F∅); empty: uf
+  std::vector<double> ub;          // backward time of stage l
+  std::vector<int64_t> wa;         // size of a^l (wa[0]: chain input)
+  std::vector<int64_t> wabar;      // size of abar^l: all that B^l needs, a^l included
+  std::vector<int64_t> wd;         // size of delta^l (wd[0]: input gradient)
+  std::vector<int64_t> of;         // Fall's overhead: its peak minus its inputs and abar^l
+  std::vector<int64_t> of_nograd;  // Fck's and F∅'s: their peak minus inputs and a^l; empty: of
+  std::vector<int64_t> ob;         // backward overhead
+  std::vector<int64_t> wg;         // parameter gradients B(l) leaves held; empty: none
+  std::vector<int64_t> wpass;      // bytes of a^l that are storages of a^{l-1}; empty: none
 
   int length() const { return static_cast<int>(uf.size()) - 1; }  // L
   // The time of Fck(l) and F∅(l).
   double noGradForward(int l) const {
     return uf_nograd.empty() ? uf[static_cast<size_t>(l)] : uf_nograd[static_cast<size_t>(l)];
+  }
+  // The transient memory of Fck(l) and F∅(l).
+  int64_t noGradForwardOverhead(int l) const {
+    return of_nograd.empty() ? of[static_cast<size_t>(l)] : of_nograd[static_cast<size_t>(l)];
   }
   int64_t gradientBytes(int l) const { return wg.empty() ? 0 : wg[static_cast<size_t>(l)]; }
   int64_t passedBytes(int l) const { return wpass.empty() ? 0 : wpass[static_cast<size_t>(l)]; }
@@ -66,8 +77,8 @@ struct Costs {
 void validate(const Costs& chain);
 
 // JSON form: {"uf":[...], "ub":[...], "wa":[...], "wabar":[...], "wd":[...], "of":[...],
-// "ob":[...]} with L+1 entries each (entry 0 as above), and optionally "uf_nograd", "wg" and
-// "wpass". Errors name the field and the stage.
+// "ob":[...]} with L+1 entries each (entry 0 as above), and optionally "uf_nograd", "of_nograd",
+// "wg" and "wpass". Errors name the field and the stage.
 Costs costsFromJson(const std::string& text);
 std::string costsToJson(const Costs& chain);
 Costs readCostsFile(const std::string& path);

@@ -8,6 +8,7 @@
 //  - Algorithm 2 lists F∅ up to s'; the forward run of C_ck ends at F∅(s'-1), as its time
 //    (sum of uf[s..s'-1]) says. Each split checks the peak of its own forward run instead of
 //    the paper's m_∅(s,t), a lower bound over all splits that pass-throughs would break.
+//  - Fck and F∅ are charged their own time and overhead (Costs::uf_nograd, of_nograd), Fall its.
 //  - Parameter gradients (Costs::wg, an extension of the paper's model): (s,t) is solved beside
 //    the gradients of stages after t, so they are outside its m; (s, s'-1) in C_ck runs beside
 //    those of s'..t, and B(s) in C_all beside those of s+1..t.

@@ -46,7 +46,7 @@ SimulationResult simulate(const Costs& chain, const Schedule& schedule) {
       case OpKind::ForwardNone: {
         if (!input) return invalid(i, "its input a^" + std::to_string(l - 1) + " is not held");
         if (a[l] || abar[l]) return invalid(i, "a^" + std::to_string(l) + " is already held");
-        result.peak = std::max(result.peak, held + chain.wa[l] + chain.of[l]);
+        result.peak = std::max(result.peak, held + chain.wa[l] + chain.noGradForwardOverhead(l));
         held += chain.wa[l];
         a[l] = true;
         if (op.kind == OpKind::ForwardNone && a[l - 1]) {  // a lone input is replaced

@@ -12,10 +12,10 @@
 // "drop a^{l-1}" that Table 1 does not have); Fall(l) over a lone a^l is valid (a^l -> abar^l). The
 // sequence starts with {a^0, delta^L} (delta^L is the loss gradient; for a model chain the terminal
 // stage L makes it zero-size) and is complete when delta^0 is produced. The peak of an op is the
-// memory held before it, plus what it produces, plus its overhead (of for every forward kind, ob
-// for B). B(l) produces delta^{l-1} while delta^l, abar^l and a^{l-1} are still held; the paper's
-// m_all leaves delta^{l-1} out, the simulator counts it. B(l) leaves its parameter gradients
-// (Costs::wg) held to the end.
+// memory held before it, plus what it produces, plus its overhead (of for Fall, of_nograd for
+// Fck and F∅, ob for B). B(l) produces delta^{l-1} while delta^l, abar^l and a^{l-1} are still
+// held; the paper's m_all leaves delta^{l-1} out, the simulator counts it. B(l) leaves its
+// parameter gradients (Costs::wg) held to the end.
 #pragma once
 
 #include <cstdint>

@@ -132,6 +132,15 @@ Costs randomCosts(int length, uint64_t seed, int max_size, int max_time) {
     const int fall = static_cast<int>(c.uf[static_cast<size_t>(l)]);
     c.uf_nograd.push_back(std::uniform_int_distribution<int>(0, fall)(nograd_rng));
   }
+  // The no-grad forwards' transient memory (Costs::of_nograd), drawn apart as well: the recording
+  // forward's own for about a third of the stages, otherwise up to a whole activation (a no-grad
+  // forward holds intermediates that a recording one counts in abar instead).
+  std::mt19937_64 overhead_rng(seed ^ 0xc2b2ae3d27d4eb4fULL);
+  c.of_nograd = {0};
+  for (int l = 1; l <= length; ++l) {
+    const int o = std::uniform_int_distribution<int>(-max_size / 2, max_size)(overhead_rng);
+    c.of_nograd.push_back(o < 0 ? c.of[static_cast<size_t>(l)] : o);
+  }
   // Parameter gradients, drawn apart too: none for about a third of the stages.
   std::mt19937_64 gradient_rng(seed ^ 0x2545f4914f6cdd1dULL);
   c.wg = {0};

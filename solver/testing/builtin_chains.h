@@ -24,8 +24,9 @@ Costs resnetLikeCosts(int blocks);
 Costs builtinCosts(const std::string& name);
 
 // Random chain of `length` stages with integer sizes in [0, max_size] (zero sizes included),
-// abar >= a, integer times in [0, max_time], parameter gradients (wg) and pass-throughs (wpass)
-// on about two thirds of the stages; deterministic for a seed.
+// abar >= a, integer times in [0, max_time], no-grad forward overheads of their own (of_nograd),
+// parameter gradients (wg) and pass-throughs (wpass) on about two thirds of the stages;
+// deterministic for a seed.
 Costs randomCosts(int length, uint64_t seed, int max_size = 6, int max_time = 9);
 
 }  // namespace jitckpt::solver

@@ -149,11 +149,11 @@ SearchResult bestAnySequence(const Costs& chain, int64_t limit) {
       if (input && !has_a && !has_abar) {  // Fck(l), F∅(l)
         State next = st;
         next.a |= 1u << l;
-        relax(next, {OpKind::ForwardCheck, l}, held + chain.wa[l] + chain.of[l],
+        relax(next, {OpKind::ForwardCheck, l}, held + chain.wa[l] + chain.noGradForwardOverhead(l),
               chain.noGradForward(l));
         if (st.a >> (l - 1) & 1) {
           next.a &= ~(1u << (l - 1));
-          relax(next, {OpKind::ForwardNone, l}, held + chain.wa[l] + chain.of[l],
+          relax(next, {OpKind::ForwardNone, l}, held + chain.wa[l] + chain.noGradForwardOverhead(l),
                 chain.noGradForward(l));
         }
         // F∅ from abar^{l-1} keeps abar^{l-1}: the same state as Fck(l), already relaxed.

@@ -30,9 +30,9 @@ ReferenceTable::ReferenceTable(const Costs& chain, int64_t max_limit, int slots,
   };
   // Fck(s), F∅(s+1..last) beside delta^t.
   auto sweep = [&](int s, int last, int t) {
-    int64_t peak = wa(s) + toSlots(chain.of[s]);
+    int64_t peak = wa(s) + toSlots(chain.noGradForwardOverhead(s));
     for (int j = s + 1; j <= last; ++j)
-      peak = std::max(peak, wa(j - 1) + wa(j) + toSlots(chain.of[j]));
+      peak = std::max(peak, wa(j - 1) + wa(j) + toSlots(chain.noGradForwardOverhead(j)));
     return wd(t) + std::min<int64_t>(peak, S + 1);
   };
   // No-grad forward times of stages s..last, as a difference of prefix sums.

@@ -23,15 +23,6 @@ ProfileOptions quiet() {
   return options;
 }
 
-// The largest amount by which the single `of` of the model overestimates a recording forward.
-int64_t forwardSlack(const ChainProfile& p) {
-  int64_t slack = 0;
-  for (const StageProfile& s : p.stages) {
-    slack = std::max(slack, s.forward_overhead_no_grad - s.forward_overhead_grad);
-  }
-  return slack;
-}
-
 void checkModel(const std::string& name, const torch::Tensor& x, size_t min_stages) {
   const std::string path = fixture(name);
   if (path.empty()) GTEST_SKIP() << name << ".pt not built (test/fixtures/make_models.py)";
@@ -56,8 +47,11 @@ void checkModel(const std::string& name, const torch::Tensor& x, size_t min_stag
   EXPECT_EQ(first.costs.wd, second.costs.wd);
   EXPECT_EQ(first.costs.of, second.costs.of);
   EXPECT_EQ(first.costs.ob, second.costs.ob);
-  EXPECT_LE(first.measured_unconstrained_peak, first.unconstrained_peak);
-  EXPECT_GE(first.measured_unconstrained_peak, first.unconstrained_peak - forwardSlack(first));
+  EXPECT_EQ(first.costs.of_nograd, second.costs.of_nograd);
+  // The no-checkpointing schedule run for real peaks where the simulator says: each forward kind
+  // is charged its own overhead (charged the larger of the two, a recording forward was predicted
+  // up to 384 KiB high on the tiny ResNet).
+  EXPECT_EQ(first.measured_unconstrained_peak, first.unconstrained_peak);
 
   size_t i = 0;
   for (const auto& b : m.named_buffers())

@@ -50,6 +50,24 @@ TEST(ChainFile, NoGradForwardTimesRoundTripAndDefaultToUf) {
   EXPECT_THROW(validate(short_field), std::invalid_argument);
 }
 
+TEST(ChainFile, NoGradForwardOverheadsRoundTripAndDefaultToOf) {
+  const Costs chain = randomCosts(8, 11, 50, 20);
+  ASSERT_EQ(chain.of_nograd.size(), chain.of.size());
+  ASSERT_NE(chain.of_nograd, chain.of) << "the random chain should draw them apart";
+  const Costs back = costsFromJson(costsToJson(chain));
+  EXPECT_EQ(back.of_nograd, chain.of_nograd);
+  EXPECT_EQ(back.noGradForwardOverhead(3), chain.of_nograd[3]);
+  const Costs without = costsFromJson(kGood);  // no "of_nograd": Fck and F∅ take of
+  EXPECT_TRUE(without.of_nograd.empty());
+  EXPECT_EQ(without.noGradForwardOverhead(1), without.of[1]);
+  Costs short_field = chain;
+  short_field.of_nograd.pop_back();
+  EXPECT_THROW(validate(short_field), std::invalid_argument);
+  expectError(R"({"uf":[0,1],"ub":[0,2],"wa":[5,6],"wabar":[0,8],"wd":[5,6],"of":[0,1],"ob":[0,1],)"
+              R"("of_nograd":[0,-1]})",
+              "'of_nograd' at stage 1");
+}
+
 TEST(ChainFile, ParameterGradientsRoundTripAndDefaultToNone) {
   const Costs chain = randomCosts(5, 11, 50, 20);
   ASSERT_EQ(chain.wg.size(), chain.uf.size());
