@@ -131,8 +131,13 @@ py::dict solutionInfo(const jitckpt::Plan& plan) {
   costs["of_nograd"] = s.costs.of_nograd.empty() ? s.costs.of : s.costs.of_nograd;
   costs["ob"] = s.costs.ob;
   costs["wg"] = s.costs.wg.empty() ? std::vector<int64_t>(s.costs.uf.size(), 0) : s.costs.wg;
-  costs["wpass"] =
-      s.costs.wpass.empty() ? std::vector<int64_t>(s.costs.uf.size(), 0) : s.costs.wpass;
+  std::vector<int64_t> passed;
+  for (int l = 0; l <= s.costs.length(); ++l) passed.push_back(s.costs.passedBytes(l));
+  costs["wpass"] = passed;
+  py::list spans;
+  for (const auto& span : s.costs.spans)
+    spans.append(py::make_tuple(span.first, span.last, span.bytes));
+  costs["spans"] = spans;
   info["costs"] = costs;
   info["input_shapes"] = s.input_key.shapes;
   info["input_types"] = s.input_key.types;

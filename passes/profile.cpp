@@ -51,6 +51,49 @@ int64_t sharedStorageBytes(const Tensors& outputs, const Tensors& inputs) {
   return storageBytes(shared);
 }
 
+// The spans of the chain's activations (solver::Span): for each storage of a^l, the activation
+// whose stage made it; a storage ends its span at the last activation that holds it. Fed a^0,
+// a^1, ... in order; a storage that leaves and comes back starts a new span (never shared).
+class SpanTracker {
+ public:
+  void add(int l, const Tensors& activation) {
+    std::unordered_map<const void*, Held> next;
+    for (const auto& t : activation) {
+      if (!t.defined() || !t.has_storage()) continue;
+      const void* key = t.storage().unsafeGetStorageImpl();
+      if (next.count(key)) continue;
+      auto found = held_.find(key);
+      next[key] = found != held_.end() ? found->second
+                                       : Held{l, static_cast<int64_t>(t.storage().nbytes())};
+    }
+    for (const auto& [key, held] : held_) {
+      if (!next.count(key)) end(held, l - 1);
+    }
+    held_ = std::move(next);
+    last_ = l;
+  }
+  // The spans, once every activation has been added.
+  std::vector<solver::Span> spans() {
+    for (const auto& [key, held] : held_) end(held, last_);
+    held_.clear();
+    std::vector<solver::Span> out;
+    for (const auto& [range, bytes] : spans_) out.push_back({range.first, range.second, bytes});
+    return out;
+  }
+
+ private:
+  struct Held {
+    int first;
+    int64_t bytes;
+  };
+  void end(const Held& held, int last) {
+    if (last > held.first) spans_[{held.first, last}] += held.bytes;
+  }
+  std::unordered_map<const void*, Held> held_;
+  std::map<std::pair<int, int>, int64_t> spans_;
+  int last_ = 0;
+};
+
 // delta = ones for the outputs that require grad (undefined for the others).
 Tensors onesFor(const Tensors& outputs) {
   Tensors out;
@@ -217,7 +260,6 @@ void appendStage(solver::Costs& c, const StageProfile& s, int l) {
   c.uf_nograd.push_back(s.forward_no_grad_ms);
   c.ub.push_back(s.backward_ms);
   c.wa.push_back(s.output_bytes);
-  c.wpass.push_back(s.passed_bytes);
   c.wabar.push_back(std::max(s.recorded_bytes + s.passed_bytes, s.output_bytes));
   c.wd[l - 1] = s.input_grad_bytes;
   c.wd.push_back(0);  // delta^l: set by stage l+1 (or by the caller for l = L)
@@ -236,7 +278,7 @@ void appendTerminalStage(solver::Costs& c, const Tensors& chain_outputs) {
   }
   c.wd.back() = output_grad_bytes;
   for (auto* v : {&c.uf, &c.uf_nograd, &c.ub}) v->push_back(0);
-  for (auto* v : {&c.wa, &c.wabar, &c.wd, &c.of, &c.of_nograd, &c.ob, &c.wpass}) v->push_back(0);
+  for (auto* v : {&c.wa, &c.wabar, &c.wd, &c.of, &c.of_nograd, &c.ob}) v->push_back(0);
 }
 
 }  // namespace
@@ -260,10 +302,12 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   c = solver::Costs{};
   c.uf = c.uf_nograd = c.ub = {0};
   c.wa = {storageBytes(arguments.inputs)};
-  c.wabar = c.wd = c.of = c.of_nograd = c.ob = c.wpass = {0};
+  c.wabar = c.wd = c.of = c.of_nograd = c.ob = {0};
   profile.labels = {"input"};
   Tensors current;
   for (const auto& t : arguments.inputs) current.push_back(t.detach());
+  SpanTracker spans;
+  spans.add(0, current);
   for (int l = 1; l <= L; ++l) {
     StageProfile s;
     s.label = runner.stages().stage(l).label;
@@ -274,8 +318,10 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
     profile.labels.push_back(s.label);
     profile.stages.push_back(std::move(s));
     current = std::move(outputs);
+    spans.add(l, current);
     progress(l, L);
   }
+  c.spans = spans.spans();
   appendTerminalStage(c, current);
   c.wg = heldGradientBytes(profile.stages);
   profile.labels.push_back("loss");

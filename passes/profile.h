@@ -11,12 +11,13 @@
 // holds (parameters, the example inputs) cancels out.
 //
 //   wa[l]    bytes of the distinct storages of stage l's outputs (a^l). wa[0]: the chain inputs.
-//   wpass[l] bytes of the storages a^l shares with a^{l-1}: inputs the stage passes through
-//            unchanged (or as views), as Inception's branch stages pass the block input on.
+//   spans    storages that consecutive activations share: inputs a stage passes through
+//            unchanged (or as views), as Inception's branch stages pass the block input on; each
+//            from the activation whose stage made it to the last that holds it (solver::Span).
 //   wabar[l] live bytes after the recording forward (Fall) minus before, with the outputs kept
 //            alive: the outputs plus everything the autograd graph saved, not the input (it was
-//            live before); plus wpass[l], so that abar^l includes all of a^l as the paper has
-//            it. The solver charges abar^l without wpass (Costs::abarOwnBytes).
+//            live before); plus what a^l holds of a^{l-1}, so that abar^l includes all of a^l
+//            as the paper has it. The solver charges abar^l without it (Costs::abarOwnBytes).
 //   of[l]    Fall's overhead: its peak minus baseline minus what stays live afterwards (abar^l).
 //   of_nograd[l]  the same for the no-grad forward (Fck/F∅ keep a^l): the intermediates it frees
 //            as it goes, which Fall keeps in abar^l instead.
@@ -78,7 +79,7 @@ struct StageProfile {  // the measurements behind one stage's costs, for reports
   std::string label;
   double forward_ms = 0, backward_ms = 0, forward_no_grad_ms = 0;
   int64_t output_bytes = 0;      // wa
-  int64_t passed_bytes = 0;      // wpass: the part of wa that the input holds
+  int64_t passed_bytes = 0;      // the part of wa that the input holds (Costs::passedBytes)
   int64_t recorded_bytes = 0;    // live bytes after Fall minus before (wabar before max)
   int64_t input_grad_bytes = 0;  // wd[l-1]
   // Size of the stage's parameter gradients: B returns them, so ob includes them; afterwards they

@@ -24,17 +24,25 @@ struct ChainSizes {
     return std::min(cap, std::max(wd[t] + abar_own[s] + of[s],
                                   wd[s] + abar_own[s] + wd[s - 1] + ob[s] + gradients));
   }
-  // The forward run of C_ck, Fck(s) then F∅(s+1..k), peaks at the largest of runStart(s) and
-  // runStep(j) for s < j <= k, beside delta^t; those forwards do not record (of_nograd).
-  int64_t runStart(int s) const { return wa[s] + of_nograd[s]; }
-  int64_t runStep(int j) const { return wa[j - 1] + wa[j] + of_nograd[j]; }
+  // The forward run of C_ck from a^{s-1}, Fck(s) then F∅(s+1..k), peaks at the largest of
+  // runStart(s) and runStep(s, j) for s < j <= k, beside delta^t; those forwards do not record
+  // (of_nograd), and each makes only what its input does not pass on.
+  int64_t runStart(int s) const { return new_a[s] + of_nograd[s]; }
+  int64_t runStep(int s, int j) const { return kept(s - 1, j - 1) + new_a[j] + of_nograd[j]; }
+  // A lone a^k held beside a^j (j < k), which it was computed from: what a^j does not hold.
+  int64_t kept(int j, int k) const { return kept_[static_cast<size_t>(j) * (length + 1) + k]; }
   // The parameter gradients of stages first..last, in units (0 when first > last).
   int64_t gradients(int first, int last) const;
 
   int64_t unit, cap;
-  // wa, abar^l's own part (Costs::abarOwnBytes), wd, of, of_nograd, ob; each capped.
-  std::vector<int64_t> wa, abar_own, wd, of, of_nograd, ob;
+  int length;  // L
+  // wa, abar^l's own part (Costs::abarOwnBytes), what a run of stage l makes of a^l (wa less
+  // what a^{l-1} passes on), wd, of, of_nograd, ob; each capped.
+  std::vector<int64_t> wa, abar_own, new_a, wd, of, of_nograd, ob;
   std::vector<int64_t> gradient_bytes_before;  // [l]: bytes of stages 1..l-1, exact
+
+ private:
+  std::vector<int64_t> kept_;  // (j, k) -> kept(j, k), (L+1) x (L+1), for j < k
 };
 
 }  // namespace jitckpt::solver

@@ -1,6 +1,7 @@
 // Costs cost model: validation and JSON I/O (nlohmann::json).
 #include "solver/costs.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -54,7 +55,103 @@ std::vector<T> readField(const Json& json, const char* field) {
   return values;
 }
 
+// Spans lie within 0..L, cover at least two activations, and hold no more of a^l than wa[l].
+void validateSpans(const Costs& chain) {
+  const int L = chain.length();
+  std::vector<int64_t> covered(static_cast<size_t>(L) + 1, 0);
+  for (size_t i = 0; i < chain.spans.size(); ++i) {
+    const Span& span = chain.spans[i];
+    if (span.first < 0 || span.last > L || span.first >= span.last || span.bytes < 0) {
+      std::ostringstream os;
+      os << "chain field 'spans' entry " << i << " is [" << span.first << ", " << span.last << ", "
+         << span.bytes << "]: a span is [first, last, bytes] with 0 <= first < last <= L (" << L
+         << ") and bytes >= 0";
+      fail(os.str());
+    }
+    for (int l = span.first; l <= span.last; ++l) covered[static_cast<size_t>(l)] += span.bytes;
+  }
+  for (int l = 0; l <= L; ++l) {
+    if (covered[static_cast<size_t>(l)] > chain.wa[static_cast<size_t>(l)]) {
+      std::ostringstream os;
+      os << "chain field 'spans' holds " << covered[static_cast<size_t>(l)] << " bytes of a^" << l
+         << ", more than wa[" << l << "] (" << chain.wa[static_cast<size_t>(l)] << ")";
+      fail(os.str());
+    }
+  }
+}
+
+// The legacy field "wpass" ([l]: bytes of a^l that a^{l-1} holds) as spans. What a^l passes on
+// comes first from what its own stage made (a span from l), then from the spans that reach it,
+// latest first: where wpass[l] + wpass[l+1] > wa[l], that many bytes are in all three activations.
+std::vector<Span> spansOfPassed(const std::vector<int64_t>& wpass, const std::vector<int64_t>& wa) {
+  if (wpass.size() != wa.size()) {
+    fail("chain field 'wpass' has " + std::to_string(wpass.size()) + " entries but 'wa' has " +
+         std::to_string(wa.size()) + ": every field needs L+1 entries");
+  }
+  checkNonNegative(wpass, "wpass");
+  if (!wpass.empty() && wpass[0] != 0)
+    fail("chain field 'wpass' at stage 0 is " + std::to_string(wpass[0]) +
+         ": the chain input passes nothing through, give 0");
+  std::vector<Span> spans;  // those that reach the activation before the current one come last
+  for (size_t l = 1; l < wpass.size(); ++l) {
+    if (wpass[l] > wa[l] || wpass[l] > wa[l - 1]) {
+      std::ostringstream os;
+      os << "chain field 'wpass' at stage " << l << " is " << wpass[l] << ", more than wa[" << l
+         << "] (" << wa[l] << ") or wa[" << l - 1 << "] (" << wa[l - 1] << "): it is the part of a^"
+         << l << " that a^" << l - 1 << " holds";
+      fail(os.str());
+    }
+    const int before = static_cast<int>(l) - 1;
+    std::vector<size_t> reaching;  // spans that end at l-1, latest start first
+    int64_t spanned = 0;
+    for (size_t i = spans.size(); i-- > 0;) {
+      if (spans[i].last == before) {
+        reaching.push_back(i);
+        spanned += spans[i].bytes;
+      }
+    }
+    int64_t rest = wpass[l];
+    const int64_t own = std::min(rest, wa[l - 1] - spanned);
+    for (size_t i : reaching) {
+      if (rest <= own) break;
+      const int64_t taken = std::min(spans[i].bytes, rest - own);
+      spans[i].bytes -= taken;
+      spans.push_back({spans[i].first, static_cast<int>(l), taken});
+      rest -= taken;
+    }
+    if (own > 0) spans.push_back({before, static_cast<int>(l), own});
+  }
+  spans.erase(
+      std::remove_if(spans.begin(), spans.end(), [](const Span& s) { return s.bytes == 0; }),
+      spans.end());
+  return spans;
+}
+
+std::vector<Span> readSpans(const Json& json) {
+  const Json& array = json.at("spans");
+  if (!array.is_array()) fail("chain field 'spans' must be an array of [first, last, bytes]");
+  std::vector<Span> spans;
+  for (size_t i = 0; i < array.size(); ++i) {
+    const Json& v = array[i];
+    if (!v.is_array() || v.size() != 3 || !v[0].is_number_integer() || !v[1].is_number_integer() ||
+        !v[2].is_number_integer()) {
+      fail("chain field 'spans' entry " + std::to_string(i) + " is " + v.dump() +
+           ": expected [first, last, bytes], three integers");
+    }
+    spans.push_back({v[0].get<int>(), v[1].get<int>(), v[2].get<int64_t>()});
+  }
+  return spans;
+}
+
 }  // namespace
+
+int64_t Costs::sharedBytes(int j, int k) const {
+  int64_t bytes = 0;
+  for (const Span& span : spans) {
+    if (span.first <= j && span.last >= k) bytes += span.bytes;
+  }
+  return bytes;
+}
 
 void validate(const Costs& chain) {
   const size_t n = chain.uf.size();
@@ -77,7 +174,6 @@ void validate(const Costs& chain) {
   if (!chain.uf_nograd.empty()) checkLength(chain.uf_nograd.size(), "uf_nograd");
   if (!chain.of_nograd.empty()) checkLength(chain.of_nograd.size(), "of_nograd");
   if (!chain.wg.empty()) checkLength(chain.wg.size(), "wg");
-  if (!chain.wpass.empty()) checkLength(chain.wpass.size(), "wpass");
   checkNonNegative(chain.uf, "uf");
   checkNonNegative(chain.uf_nograd, "uf_nograd");
   checkNonNegative(chain.ub, "ub");
@@ -88,10 +184,6 @@ void validate(const Costs& chain) {
   checkNonNegative(chain.of_nograd, "of_nograd");
   checkNonNegative(chain.ob, "ob");
   checkNonNegative(chain.wg, "wg");
-  checkNonNegative(chain.wpass, "wpass");
-  if (!chain.wpass.empty() && chain.wpass[0] != 0)
-    fail("chain field 'wpass' at stage 0 is " + std::to_string(chain.wpass[0]) +
-         ": the chain input passes nothing through, give 0");
   for (size_t l = 1; l < n; ++l) {
     if (chain.wabar[l] < chain.wa[l]) {
       std::ostringstream os;
@@ -99,15 +191,8 @@ void validate(const Costs& chain) {
          << chain.wa[l] << "): abar includes the stage output a";
       fail(os.str());
     }
-    const int64_t passed = chain.passedBytes(static_cast<int>(l));
-    if (passed > chain.wa[l] || passed > chain.wa[l - 1]) {
-      std::ostringstream os;
-      os << "chain field 'wpass' at stage " << l << " is " << passed << ", more than wa[" << l
-         << "] (" << chain.wa[l] << ") or wa[" << l - 1 << "] (" << chain.wa[l - 1]
-         << "): it is the part of a^" << l << " that a^" << l - 1 << " holds";
-      fail(os.str());
-    }
   }
+  validateSpans(chain);
 }
 
 Costs costsFromJson(const std::string& text) {
@@ -130,7 +215,11 @@ Costs costsFromJson(const std::string& text) {
   if (json.contains("uf_nograd")) chain.uf_nograd = readField<double>(json, "uf_nograd");
   if (json.contains("of_nograd")) chain.of_nograd = readField<int64_t>(json, "of_nograd");
   if (json.contains("wg")) chain.wg = readField<int64_t>(json, "wg");
-  if (json.contains("wpass")) chain.wpass = readField<int64_t>(json, "wpass");
+  if (json.contains("spans") && json.contains("wpass"))
+    fail("chain file gives both 'spans' and 'wpass' (the older form of spans): give one");
+  if (json.contains("spans")) chain.spans = readSpans(json);
+  if (json.contains("wpass"))
+    chain.spans = spansOfPassed(readField<int64_t>(json, "wpass"), chain.wa);
   validate(chain);
   return chain;
 }
@@ -141,7 +230,11 @@ std::string costsToJson(const Costs& chain) {
   if (!chain.uf_nograd.empty()) json["uf_nograd"] = chain.uf_nograd;
   if (!chain.of_nograd.empty()) json["of_nograd"] = chain.of_nograd;
   if (!chain.wg.empty()) json["wg"] = chain.wg;
-  if (!chain.wpass.empty()) json["wpass"] = chain.wpass;
+  if (!chain.spans.empty()) {
+    Json spans = Json::array();
+    for (const Span& span : chain.spans) spans.push_back({span.first, span.last, span.bytes});
+    json["spans"] = spans;
+  }
   return json.dump(1);
 }
 

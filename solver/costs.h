@@ -36,13 +36,27 @@ namespace jitckpt::solver {
 // model), gradients are not counted.
 //
 // Third extension: a stage may pass tensors of its input through to its output unchanged (an
-// Inception block's input, read by each branch stage in turn; DenseNet's feature list). wpass[l]
-// is the size of the storages a^l shares with a^{l-1}. Whenever abar^l is held, so is a^{l-1} (in
-// some form: B(l) reads it, and every schedule keeps it until then), so abar^l costs only what
-// stage l allocated, wabar[l] - wpass[l] (abarOwnBytes); counting the shared storages again in
-// every stage that forwards them over-counted a chain of n such stages n times. A lone a^l (a
-// checkpoint) still costs all of wa[l]: it may outlive a^{l-1}. Memory stays a function of what
-// is held, so Fall(l) over a lone a^l frees all of wa[l]. Without wpass, nothing is shared.
+// Inception block's input, read by each branch stage in turn; DenseNet's feature list). Such a
+// storage is held by every activation from the one whose stage made it to the last that passes it
+// on: a Span (first, last, bytes), first < last. passedBytes(l) is what a^l holds of a^{l-1}.
+// Whenever abar^l is held, so is a^{l-1} (in some form: B(l) reads it, and every schedule keeps it
+// until then), so abar^l costs only what stage l allocated, wabar[l] - passedBytes(l)
+// (abarOwnBytes); counting the shared storages again in every stage that forwards them
+// over-counted a chain of n such stages n times. Lone activations (checkpoints) share them too,
+// but only copies of one run: a stage run again makes new copies of what it made and passes on
+// those of its input. The simulator follows the copies for any sequence; in a persistent schedule
+// every activation held beside a sub-chain's input a^j was computed from it, so a lone a^k there
+// costs wa[k] - sharedBytes(j, k). Without spans, nothing is shared.
+// Storages that consecutive activations hold: every a^l with first <= l <= last holds `bytes` of
+// them (the same copies when each was computed from the one before).
+struct Span {
+  int first = 0, last = 0;
+  int64_t bytes = 0;
+  bool operator==(const Span& o) const {
+    return first == o.first && last == o.last && bytes == o.bytes;
+  }
+};
+
 struct Costs {
   std::vector<double> uf;          // forward time of stage l, recording (Fall)
   std::vector<double> uf_nograd;   // forward time without recording (Fck, F∅); empty: uf
@@ -54,7 +68,7 @@ struct Costs {
   std::vector<int64_t> of_nograd;  // Fck's and F∅'s: their peak minus inputs and a^l; empty: of
   std::vector<int64_t> ob;         // backward overhead
   std::vector<int64_t> wg;         // parameter gradients B(l) leaves held; empty: none
-  std::vector<int64_t> wpass;      // bytes of a^l that are storages of a^{l-1}; empty: none
+  std::vector<Span> spans;         // storages held by consecutive activations; empty: none
 
   int length() const { return static_cast<int>(uf.size()) - 1; }  // L
   // The time of Fck(l) and F∅(l).
@@ -66,19 +80,24 @@ struct Costs {
     return of_nograd.empty() ? of[static_cast<size_t>(l)] : of_nograd[static_cast<size_t>(l)];
   }
   int64_t gradientBytes(int l) const { return wg.empty() ? 0 : wg[static_cast<size_t>(l)]; }
-  int64_t passedBytes(int l) const { return wpass.empty() ? 0 : wpass[static_cast<size_t>(l)]; }
+  // Bytes of a^k that a^j holds (j < k), as the spans over both (and every activation between)
+  // say. O(number of spans): callers that ask often table it (ChainSizes).
+  int64_t sharedBytes(int j, int k) const;
+  int64_t passedBytes(int l) const { return l < 1 ? 0 : sharedBytes(l - 1, l); }
   // What holding abar^l adds beside a^{l-1}, which is held whenever abar^l is.
   int64_t abarOwnBytes(int l) const { return wabar[static_cast<size_t>(l)] - passedBytes(l); }
 };
 
 // Throws std::invalid_argument naming the field and the stage when the chain is not well formed
-// (empty, vectors of different lengths, negative values, wabar < wa, wpass[l] above wa[l] or
-// wa[l-1], wpass[0] not 0).
+// (empty, vectors of different lengths, negative values, wabar < wa, a span outside 0..L or
+// shorter than two activations, spans over a^l holding more than wa[l]).
 void validate(const Costs& chain);
 
 // JSON form: {"uf":[...], "ub":[...], "wa":[...], "wabar":[...], "wd":[...], "of":[...],
 // "ob":[...]} with L+1 entries each (entry 0 as above), and optionally "uf_nograd", "of_nograd",
-// "wg" and "wpass". Errors name the field and the stage.
+// "wg" and "spans" ([[first, last, bytes], ...]). Files of earlier versions may give "wpass"
+// instead ([l]: bytes of a^l that a^{l-1} holds; read as spans over l-1 and l). Errors name the
+// field and the stage.
 Costs costsFromJson(const std::string& text);
 std::string costsToJson(const Costs& chain);
 Costs readCostsFile(const std::string& path);

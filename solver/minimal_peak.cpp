@@ -3,7 +3,7 @@
 // finite slot at one byte per slot:
 //   P(s,s) = m_all(s,s)
 //   P(s,t) = min( max(m_all(s,t), abar_own[s] + P(s+1,t)),                      C_all
-//                 min_{s<s'<=t} max(run(s,s'-1) + wd[t], wa[s'-1] + P(s',t),
+//                 min_{s<s'<=t} max(run(s,s'-1) + wd[t], kept(s-1,s'-1) + P(s',t),
 //                                   gradients(s'..t) + P(s,s'-1)) )             C_ck
 // and the limit is P(1,L) + wa[0].
 #include "solver/minimal_peak.h"
@@ -81,9 +81,10 @@ class MinimalPeakTable {
     }
     int64_t run = sizes_.runStart(s);
     for (int split = s + 1; split <= t; ++split) {
-      if (split > s + 1) run = std::max(run, sizes_.runStep(split - 1));
-      const int64_t peak = std::max({run + sizes_.wd[t], sizes_.wa[split - 1] + peak_[at(split, t)],
-                                     sizes_.gradients(split, t) + peak_[at(s, split - 1)]});
+      if (split > s + 1) run = std::max(run, sizes_.runStep(s, split - 1));
+      const int64_t peak =
+          std::max({run + sizes_.wd[t], sizes_.kept(s - 1, split - 1) + peak_[at(split, t)],
+                    sizes_.gradients(split, t) + peak_[at(s, split - 1)]});
       const double time = (prefix_uf_[split - 1] - prefix_uf_[s - 1]) + time_[at(split, t)] +
                           time_[at(s, split - 1)];
       consider(cell, peak, time, split, any);

@@ -180,12 +180,12 @@ void PersistentSolver::build() {
   // The forward run of C_ck (ChainSizes::runStart, runStep). The paper's m_∅(s,t) takes it up to
   // t-1 for every split as a lower bound on (s,t); here each split s' checks its own run (to
   // s'-1), and its two sub-problems check the rest. That is exact, and stays so where stages pass
-  // tensors through (Costs::wpass) and a later F(j) may cost less than wa[j-1] + wa[j].
+  // tensors through (Costs::spans) and a later F(j) may cost less than wa[j-1] + wa[j].
   sweep_.assign(static_cast<size_t>(L_ + 1) * (L_ + 1), 0);
   for (int s = 1; s <= L_; ++s) {
     int64_t peak = sizes_.runStart(s);
     for (int k = s; k <= L_; ++k) {
-      if (k > s) peak = std::max(peak, sizes_.runStep(k));
+      if (k > s) peak = std::max(peak, sizes_.runStep(s, k));
       sweep_[static_cast<size_t>(s) * (L_ + 1) + k] =
           static_cast<int>(std::min<int64_t>(peak, S_ + 1));
     }
@@ -227,7 +227,8 @@ void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer,
       if (lo <= S_)
         relaxAll(out, sub.data, shift + sub.first, stage_time, sub.min, lo, split_at, S_);
     }
-    // C_ck: Fck(s), F∅(s+1..s'-1), solve (s', t) beside a^{s'-1}, then (s, s'-1) beside the
+    // C_ck: Fck(s), F∅(s+1..s'-1), solve (s', t) beside a^{s'-1} (what a^{s-1} does not hold of
+    // it), then (s, s'-1) beside the
     // parameter gradients of s'..t. (The fields are written in place: a Split built aside and
     // copied in was read back before its parts had reached memory, a stall on every split.)
     splits.resize(static_cast<size_t>(t - s));
@@ -236,7 +237,7 @@ void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer,
       const int sweep = sweepSlots(s, split - 1, t);
       const Row& right = rows_[rowIndex(split, t)];
       const Row& left = rows_by_start_[rowByStartIndex(s, split - 1)];
-      const int shift = static_cast<int>(sizes_.wa[split - 1]);
+      const int shift = static_cast<int>(sizes_.kept(s - 1, split - 1));
       const int left_shift = gradientSlots(split, t);
       const int lo = std::max({sweep, shift + right.first, left_shift + left.first});
       if (lo > S_) continue;
@@ -312,7 +313,7 @@ void PersistentSolver::backtrack(int s, int t, int m, Schedule& out) const {
     }
   }
   for (int split = s + 1; split <= t; ++split) {
-    const int shift = static_cast<int>(sizes_.wa[split - 1]);
+    const int shift = static_cast<int>(sizes_.kept(s - 1, split - 1));
     const int left_shift = gradientSlots(split, t);
     if (m < sweepSlots(s, split - 1, t) || m < shift || m < left_shift) continue;
     const float forward_time = static_cast<float>(prefix_uf_[split - 1] - prefix_uf_[s - 1]);

@@ -12,8 +12,11 @@
 //  - Parameter gradients (Costs::wg, an extension of the paper's model): (s,t) is solved beside
 //    the gradients of stages after t, so they are outside its m; (s, s'-1) in C_ck runs beside
 //    those of s'..t, and B(s) in C_all beside those of s+1..t.
-//  - Stages that pass tensors through (Costs::wpass): abar^s costs abarOwnBytes, what a^{s-1}
-//    does not already hold, in C_all and in m_all.
+//  - Stages that pass tensors through (Costs::spans): abar^s costs abarOwnBytes, what a^{s-1}
+//    does not already hold, in C_all and in m_all; the checkpoint a^{s'-1} of C_ck costs what
+//    a^{s-1} does not hold of it (ChainSizes::kept), and so does each activation of its forward
+//    run, which makes only what its input does not pass on. Every activation held beside (s,t)'s
+//    input was computed from it, so a sub-chain's memory depends on its input alone.
 //  - Sizes are rounded up to slots and a limit rounded down, so the real peak of a schedule
 //    is never above the limit it was solved for. With slot size 1 (S = M) the DP is exact.
 #pragma once

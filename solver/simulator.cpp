@@ -5,17 +5,85 @@
 #include <vector>
 
 namespace jitckpt::solver {
+namespace {
+
+// The bytes of the activations held (lone or inside abar), each storage counted once per copy: a
+// run of stage l makes new copies of what a^l does not take from a^{l-1}, and takes the copies
+// a^{l-1} holds of the spans that go on through l (Costs::Span).
+class HeldActivations {
+ public:
+  explicit HeldActivations(const Costs& chain) : chain_(chain), over_(chain.length() + 1) {
+    const int L = chain.length();
+    for (size_t i = 0; i < chain.spans.size(); ++i) {
+      for (int l = chain.spans[i].first; l <= chain.spans[i].last; ++l)
+        over_[l].push_back(static_cast<int>(i));
+    }
+    alone_.assign(L + 1, 0);
+    for (int l = 0; l <= L; ++l) {
+      alone_[l] = chain.wa[l];
+      for (int i : over_[l]) alone_[l] -= chain.spans[i].bytes;
+    }
+    copies_.resize(L + 1);
+  }
+
+  // a^l computed from the a^{l-1} held now (l = 0: the chain input).
+  void compute(int l) {
+    std::vector<int>& mine = copies_[l];
+    mine.clear();
+    for (int i : over_[l]) {
+      const Span& span = chain_.spans[i];
+      int copy;
+      if (span.first < l) {  // a copy a^{l-1} holds
+        const auto& theirs = copies_[l - 1];
+        copy =
+            theirs[std::find(over_[l - 1].begin(), over_[l - 1].end(), i) - over_[l - 1].begin()];
+      } else {
+        copy = static_cast<int>(references_.size());
+        references_.push_back(0);
+        span_of_.push_back(i);
+      }
+      if (references_[copy]++ == 0) bytes_ += span.bytes;
+      mine.push_back(copy);
+    }
+    bytes_ += alone_[l];
+  }
+
+  void release(int l) {
+    for (int copy : copies_[l]) {
+      if (--references_[copy] == 0) bytes_ -= chain_.spans[span_of_[copy]].bytes;
+    }
+    copies_[l].clear();
+    bytes_ -= alone_[l];
+  }
+
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  const Costs& chain_;
+  std::vector<std::vector<int>> over_;    // per activation: the spans over it
+  std::vector<int64_t> alone_;            // per activation: wa less its spans
+  std::vector<std::vector<int>> copies_;  // per held activation: its copy of each span over it
+  std::vector<int> references_;           // per copy: the held activations that hold it
+  std::vector<int> span_of_;              // per copy: its span
+  int64_t bytes_ = 0;
+};
+
+}  // namespace
 
 SimulationResult simulate(const Costs& chain, const Schedule& schedule) {
   validate(chain);
   const int L = chain.length();
   std::vector<bool> a(L + 1, false), abar(L + 1, false), delta(L + 1, false);
+  HeldActivations activations(chain);
   a[0] = true;
+  activations.compute(0);
   delta[L] = true;
-  int64_t held = chain.wa[0] + chain.wd[L];
+  // Besides the activations: gradients, and what abar^l saves beyond a^l.
+  int64_t other = chain.wd[L];
+  auto held = [&] { return other + activations.bytes(); };
 
   SimulationResult result;
-  result.peak = held;
+  result.peak = held();
   int forwards = 0;
   auto invalid = [&](size_t index, const std::string& why) {
     result.valid = false;
@@ -34,8 +102,11 @@ SimulationResult simulate(const Costs& chain, const Schedule& schedule) {
       case OpKind::ForwardAll: {
         if (!input) return invalid(i, "its input a^" + std::to_string(l - 1) + " is not held");
         if (abar[l]) return invalid(i, "abar^" + std::to_string(l) + " is already held");
-        result.peak = std::max(result.peak, held + chain.abarOwnBytes(l) + chain.of[l]);
-        held += chain.abarOwnBytes(l) - (a[l] ? chain.wa[l] : 0);
+        // A lone a^l is replaced by the new run's, which is made before it goes.
+        result.peak = std::max(result.peak, held() + chain.abarOwnBytes(l) + chain.of[l]);
+        if (a[l]) activations.release(l);
+        activations.compute(l);
+        other += chain.wabar[l] - chain.wa[l];
         a[l] = false;
         abar[l] = true;
         result.time += chain.uf[l];
@@ -46,11 +117,12 @@ SimulationResult simulate(const Costs& chain, const Schedule& schedule) {
       case OpKind::ForwardNone: {
         if (!input) return invalid(i, "its input a^" + std::to_string(l - 1) + " is not held");
         if (a[l] || abar[l]) return invalid(i, "a^" + std::to_string(l) + " is already held");
-        result.peak = std::max(result.peak, held + chain.wa[l] + chain.noGradForwardOverhead(l));
-        held += chain.wa[l];
+        result.peak = std::max(result.peak, held() + chain.wa[l] - chain.passedBytes(l) +
+                                                chain.noGradForwardOverhead(l));
+        activations.compute(l);
         a[l] = true;
         if (op.kind == OpKind::ForwardNone && a[l - 1]) {  // a lone input is replaced
-          held -= chain.wa[l - 1];
+          activations.release(l - 1);
           a[l - 1] = false;
         }
         result.time += chain.noGradForward(l);
@@ -61,12 +133,14 @@ SimulationResult simulate(const Costs& chain, const Schedule& schedule) {
         if (!delta[l]) return invalid(i, "delta^" + std::to_string(l) + " is not held");
         if (!abar[l]) return invalid(i, "abar^" + std::to_string(l) + " is not held");
         if (!input) return invalid(i, "a^" + std::to_string(l - 1) + " is not held");
-        result.peak = std::max(result.peak, held + chain.wd[l - 1] + chain.ob[l]);
-        held += chain.wd[l - 1] - chain.wd[l] - chain.abarOwnBytes(l) + chain.gradientBytes(l);
+        result.peak = std::max(result.peak, held() + chain.wd[l - 1] + chain.ob[l]);
+        other +=
+            chain.wd[l - 1] - chain.wd[l] - (chain.wabar[l] - chain.wa[l]) + chain.gradientBytes(l);
+        activations.release(l);
         delta[l] = false;
         abar[l] = false;
         if (a[l - 1]) {  // a lone a^{l-1} is consumed; abar^{l-1}, if held, stays
-          held -= chain.wa[l - 1];
+          activations.release(l - 1);
           a[l - 1] = false;
         }
         delta[l - 1] = true;

@@ -2,8 +2,11 @@
 // returns its validity (first invalid op and why), peak memory and total time. The ground truth
 // every solver is tested against. Standard C++ only.
 //
-// Memory is a function of what is held: wd of the gradient held, wg of the stages whose B has
-// run, wa of each lone a^l, and abarOwnBytes (wabar less what a^{l-1} holds) of each abar^l.
+// Memory is what is held: wd of the gradient held, wg of the stages whose B has run, wabar - wa
+// of each abar^l, and the storages of the activations held (a^l alone or inside abar^l), each
+// counted once per copy: a stage's run makes new copies of what it makes and hands on the copies
+// its input holds of what it passes through (Costs::Span). Without spans that is wa of each lone
+// a^l and abarOwnBytes of each abar^l, a function of what is held.
 //
 // Memory state: per stage l whether a^l is held alone, whether abar^l is held (abar^l contains
 // a^l, so holding abar^l absorbs a lone a^l), and which gradients delta^l are held. An op is
@@ -12,10 +15,11 @@
 // "drop a^{l-1}" that Table 1 does not have); Fall(l) over a lone a^l is valid (a^l -> abar^l). The
 // sequence starts with {a^0, delta^L} (delta^L is the loss gradient; for a model chain the terminal
 // stage L makes it zero-size) and is complete when delta^0 is produced. The peak of an op is the
-// memory held before it, plus what it produces, plus its overhead (of for Fall, of_nograd for
-// Fck and F∅, ob for B). B(l) produces delta^{l-1} while delta^l, abar^l and a^{l-1} are still
-// held; the paper's m_all leaves delta^{l-1} out, the simulator counts it. B(l) leaves its
-// parameter gradients (Costs::wg) held to the end.
+// memory held before it, plus what it produces (Fall: abarOwnBytes; Fck, F∅: wa less what a^{l-1}
+// passes on), plus its overhead (of for Fall, of_nograd for Fck and F∅, ob for B). B(l) produces
+// delta^{l-1} while delta^l, abar^l and a^{l-1} are still held; the paper's m_all leaves
+// delta^{l-1} out, the simulator counts it. B(l) leaves its parameter gradients (Costs::wg) held to
+// the end.
 #pragma once
 
 #include <cstdint>

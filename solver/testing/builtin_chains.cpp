@@ -148,17 +148,44 @@ Costs randomCosts(int length, uint64_t seed, int max_size, int max_time) {
     const int g = std::uniform_int_distribution<int>(-max_size / 2, max_size)(gradient_rng);
     c.wg.push_back(std::max(0, g));
   }
-  // Tensors passed through (Costs::wpass), drawn apart as well: none for about a third of the
-  // stages, otherwise a part of what a^l and a^{l-1} can share.
+  // Tensors passed through (Costs::spans), drawn apart as well: from about a third of the
+  // activations a span of 2 to 4 of them, holding part of what each has left unspanned.
   std::mt19937_64 pass_rng(seed ^ 0x85ebca6b0c2b2ae3ULL);
-  c.wpass = {0};
-  for (int l = 1; l <= length; ++l) {
-    const int64_t shareable =
-        std::min(c.wa[static_cast<size_t>(l)], c.wa[static_cast<size_t>(l - 1)]);
-    const int64_t p = std::uniform_int_distribution<int64_t>(-shareable / 2, shareable)(pass_rng);
-    c.wpass.push_back(std::max<int64_t>(0, p));
+  std::vector<int64_t> free(c.wa.begin(), c.wa.end());
+  for (int first = 0; first < length; ++first) {
+    const int last = std::min(length, first + std::uniform_int_distribution<int>(1, 3)(pass_rng));
+    int64_t room = free[static_cast<size_t>(first)];
+    for (int l = first; l <= last; ++l) room = std::min(room, free[static_cast<size_t>(l)]);
+    const int64_t bytes = std::uniform_int_distribution<int64_t>(-room, room)(pass_rng);
+    if (bytes <= 0) continue;
+    c.spans.push_back({first, last, bytes});
+    for (int l = first; l <= last; ++l) free[static_cast<size_t>(l)] -= bytes;
   }
   return c;
+}
+
+Costs withLongSpans(Costs chain, uint64_t seed) {
+  std::mt19937_64 rng(seed ^ 0x27d4eb2f165667c5ULL);
+  const int L = chain.length();
+  std::vector<int64_t> free(chain.wa.begin(), chain.wa.end());
+  chain.spans.clear();
+  for (int first = 0; first < L; ++first) {
+    const int last = std::uniform_int_distribution<int>(first + 1, L)(rng);
+    int64_t bytes = free[static_cast<size_t>(first)];
+    for (int l = first; l <= last; ++l) bytes = std::min(bytes, free[static_cast<size_t>(l)]);
+    if (bytes <= 0) continue;
+    chain.spans.push_back({first, last, bytes});
+    for (int l = first; l <= last; ++l) free[static_cast<size_t>(l)] -= bytes;
+  }
+  return chain;
+}
+
+Costs withEmptyActivation(Costs chain, int l) {
+  chain.wa[static_cast<size_t>(l)] = 0;
+  chain.spans.erase(std::remove_if(chain.spans.begin(), chain.spans.end(),
+                                   [l](const Span& s) { return s.first <= l && l <= s.last; }),
+                    chain.spans.end());
+  return chain;
 }
 
 }  // namespace jitckpt::solver

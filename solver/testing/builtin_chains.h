@@ -25,8 +25,15 @@ Costs builtinCosts(const std::string& name);
 
 // Random chain of `length` stages with integer sizes in [0, max_size] (zero sizes included),
 // abar >= a, integer times in [0, max_time], no-grad forward overheads of their own (of_nograd),
-// parameter gradients (wg) and pass-throughs (wpass) on about two thirds of the stages;
+// parameter gradients (wg) on about two thirds of the stages, and spans of pass-throughs;
 // deterministic for a seed.
 Costs randomCosts(int length, uint64_t seed, int max_size = 6, int max_time = 9);
+
+// The chain with spans as long and as large as its activations allow (stages that pass most of
+// their input through, as Inception's and DenseNet's do), drawn for a seed.
+Costs withLongSpans(Costs chain, uint64_t seed);
+
+// The chain with a^l of size 0, and so without the spans over it.
+Costs withEmptyActivation(Costs chain, int l);
 
 }  // namespace jitckpt::solver

@@ -72,6 +72,11 @@ SearchResult bestAnySequence(const Costs& chain, int64_t limit) {
   if (L > 12)
     throw std::invalid_argument(
         "exhaustive search over all sequences: chain too long (at most 12 stages)");
+  // With spans, memory depends on which run made each copy, not on the state below alone.
+  if (!chain.spans.empty())
+    throw std::invalid_argument(
+        "exhaustive search over all sequences: chains with spans are not "
+        "searched (clear Costs::spans)");
   // State: bit l of `a` = a^l held alone, bit l of `abar` = abar^l held, `delta` = index of the
   // gradient held (exactly one at any time). The transitions below are Table 1 exactly as the
   // simulator applies them (same validity rules, same peak = held + produced + overhead); the

@@ -1,7 +1,8 @@
 // Exhaustive searches for small chains, used to test the DP: the best persistent sequence
 // (enumerated by its recursive structure and evaluated by the simulator, not by the DP's
 // formulas), and the best of ALL valid sequences, persistent or not (a shortest path over memory
-// states using Table 1's ops). Torch-free; exponential: for chains of up to about 7 stages.
+// states using Table 1's ops; chains without spans, whose memory is a function of that state).
+// Torch-free; exponential: for chains of up to about 7 stages.
 #pragma once
 
 #include <cstdint>

@@ -28,11 +28,14 @@ ReferenceTable::ReferenceTable(const Costs& chain, int64_t max_limit, int slots,
     for (int l = first; l <= last; ++l) bytes += chain.gradientBytes(l);
     return toSlots(bytes);
   };
-  // Fck(s), F∅(s+1..last) beside delta^t.
+  // What a run of stage l makes of a^l, and a lone a^k beside a^j, which it was computed from.
+  auto made = [&](int l) { return toSlots(chain.wa[l] - chain.passedBytes(l)); };
+  auto kept = [&](int j, int k) { return toSlots(chain.wa[k] - chain.sharedBytes(j, k)); };
+  // Fck(s), F∅(s+1..last) beside a^{s-1} and delta^t.
   auto sweep = [&](int s, int last, int t) {
-    int64_t peak = wa(s) + toSlots(chain.noGradForwardOverhead(s));
+    int64_t peak = made(s) + toSlots(chain.noGradForwardOverhead(s));
     for (int j = s + 1; j <= last; ++j)
-      peak = std::max(peak, wa(j - 1) + wa(j) + toSlots(chain.noGradForwardOverhead(j)));
+      peak = std::max(peak, kept(s - 1, j - 1) + made(j) + toSlots(chain.noGradForwardOverhead(j)));
     return wd(t) + std::min<int64_t>(peak, S + 1);
   };
   // No-grad forward times of stages s..last, as a difference of prefix sums.
@@ -62,7 +65,7 @@ ReferenceTable::ReferenceTable(const Costs& chain, int64_t max_limit, int slots,
         if (sub < kFeasible) out[m] = std::min(out[m], stage_time + sub);
       }
       for (int split = s + 1; split <= t; ++split) {
-        const int64_t shift = wa(split - 1), left_shift = gradients(split, t);
+        const int64_t shift = kept(s - 1, split - 1), left_shift = gradients(split, t);
         const float forward_time = forwardTime(s, split - 1);
         for (int64_t m = std::max({sweep(s, split - 1, t), shift, left_shift}); m <= S; ++m) {
           const float right = table[split][t][m - shift];

@@ -80,19 +80,39 @@ TEST(ChainFile, ParameterGradientsRoundTripAndDefaultToNone) {
   EXPECT_THROW(validate(negative), std::invalid_argument);
 }
 
-TEST(ChainFile, PassThroughRoundTripsAndIsBoundedByBothActivations) {
-  const Costs chain = randomCosts(5, 11, 50, 20);
-  ASSERT_EQ(chain.wpass.size(), chain.uf.size());
-  EXPECT_EQ(costsFromJson(costsToJson(chain)).wpass, chain.wpass);
-  const Costs without = costsFromJson(kGood);  // no "wpass": nothing is shared
-  EXPECT_TRUE(without.wpass.empty());
+TEST(ChainFile, SpansRoundTripAndAreBoundedByEveryActivationTheyCover) {
+  const Costs chain = withLongSpans(randomCosts(6, 11, 50, 20), 11);
+  ASSERT_FALSE(chain.spans.empty());
+  EXPECT_EQ(costsFromJson(costsToJson(chain)).spans, chain.spans);
+  const Costs without = costsFromJson(kGood);  // no "spans": nothing is shared
+  EXPECT_TRUE(without.spans.empty());
   EXPECT_EQ(without.abarOwnBytes(1), without.wabar[1]);
-  // a^1 is 2 bytes, a^0 1 byte: at most 1 byte of a^1 can be a^0's.
+  // a^0 is 1 byte, a^1 2 and a^2 3: a span over all three holds at most 1 byte of each.
   const char* base =
-      R"({"uf":[0,1],"ub":[0,1],"wa":[1,2],"wabar":[0,3],"wd":[1,2],"of":[0,0],"ob":[0,0],)";
-  EXPECT_EQ(costsFromJson(std::string(base) + R"("wpass":[0,1]})").abarOwnBytes(1), 2);
-  expectError(std::string(base) + R"("wpass":[0,2]})", "'wpass' at stage 1");
-  expectError(std::string(base) + R"("wpass":[1,0]})", "'wpass' at stage 0");
+      R"({"uf":[0,1,1],"ub":[0,1,1],"wa":[1,2,3],"wabar":[0,3,3],"wd":[1,2,3],"of":[0,0,0],)"
+      R"("ob":[0,0,0],)";
+  const Costs spanned = costsFromJson(std::string(base) + R"("spans":[[0,2,1],[1,2,1]]})");
+  EXPECT_EQ(spanned.sharedBytes(0, 2), 1);
+  EXPECT_EQ(spanned.sharedBytes(0, 1), 1);
+  EXPECT_EQ(spanned.passedBytes(2), 2);
+  EXPECT_EQ(spanned.abarOwnBytes(1), 2);
+  EXPECT_EQ(spanned.abarOwnBytes(2), 1);
+  expectError(std::string(base) + R"("spans":[[0,2,2]]})", "2 bytes of a^0, more than wa[0]");
+  expectError(std::string(base) + R"("spans":[[1,1,1]]})", "entry 0 is [1, 1, 1]");
+  expectError(std::string(base) + R"("spans":[[0,3,1]]})", "entry 0 is [0, 3, 1]");
+  expectError(std::string(base) + R"("spans":[[0,1]]})", "entry 0 is [0,1]");
+  expectError(std::string(base) + R"("spans":[],"wpass":[0,0,0]})", "give one");
+  // The older form: wpass[l], what a^l holds of a^{l-1}. a^1 (2 bytes) holds 1 of a^0 and
+  // passes 2 on to a^2: 1 byte is in all three, the other is a^1's own.
+  const Costs passed = costsFromJson(std::string(base) + R"("wpass":[0,1,2]})");
+  EXPECT_EQ(passed.spans, (std::vector<Span>{{0, 2, 1}, {1, 2, 1}}));
+  EXPECT_EQ(passed.passedBytes(1), 1);
+  EXPECT_EQ(passed.passedBytes(2), 2);
+  const Costs apart = costsFromJson(std::string(base) + R"("wpass":[0,1,1]})");
+  EXPECT_EQ(apart.spans, (std::vector<Span>{{0, 1, 1}, {1, 2, 1}}));
+  EXPECT_EQ(apart.sharedBytes(0, 2), 0);
+  expectError(std::string(base) + R"("wpass":[0,2,0]})", "'wpass' at stage 1");
+  expectError(std::string(base) + R"("wpass":[1,0,0]})", "'wpass' at stage 0");
 }
 
 TEST(ChainFile, BadFilesNameFieldAndStage) {

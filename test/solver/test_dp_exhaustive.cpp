@@ -149,7 +149,7 @@ TEST(PersistentDp, EveryCurvePointSolves) {
 // filled by interval length for this to be right.
 TEST(PersistentDp, ZeroSizeActivations) {
   Costs chain = randomCosts(5, 3);
-  for (int l = 0; l <= 5; ++l) chain.wa[l] = chain.wpass[l] = 0;
+  for (int l = 0; l <= 5; ++l) chain = withEmptyActivation(chain, l);
   for (int l = 1; l <= 5; ++l) chain.wabar[l] = l % 2 ? 0 : 3;
   for (int64_t limit = 0; limit < 30; ++limit) {
     const SearchResult best = bestPersistentSequence(chain, limit);
@@ -163,16 +163,18 @@ TEST(PersistentDp, ZeroSizeActivations) {
 }
 
 // Stages that pass most of their input through (Inception's branch stages, DenseNet's feature
-// list): abar^l costs far less than a^l beside a^{l-1}. The DP's lower bounds must count that,
-// or they rule out the schedules that keep such stages' abar.
+// list): abar^l costs far less than a^l beside a^{l-1}, and checkpoints of consecutive stages
+// share what they pass on. The DP's lower bounds must count that, or they rule out the schedules
+// that keep such stages' abar; its checkpoints must be charged what their sub-chain's input does
+// not hold, which the simulator (following each run's copies) confirms.
 TEST(PersistentDp, PassThroughChainsEqualExhaustiveSearch) {
-  int cheaper_than_a = 0;
+  int cheaper_than_a = 0, shared_beyond_next = 0;
   for (uint64_t seed = 1; seed <= 150; ++seed) {
-    Costs chain = randomCosts(3 + static_cast<int>(seed % 4), seed, 12, 9);
+    Costs chain = withLongSpans(randomCosts(3 + static_cast<int>(seed % 4), seed, 12, 9), seed);
     for (int l = 1; l <= chain.length(); ++l) {
-      chain.wpass[l] = std::min(chain.wa[l], chain.wa[l - 1]);
       chain.wabar[l] = chain.wa[l] + static_cast<int64_t>((seed + l) % 3);
       if (chain.abarOwnBytes(l) < chain.wa[l]) ++cheaper_than_a;
+      if (l >= 2 && chain.sharedBytes(l - 2, l) > 0) ++shared_beyond_next;
     }
     const int64_t top = noCheckpointPeak(chain) + 2;
     PersistentSolver solver(chain, top, static_cast<int>(top));
@@ -187,6 +189,7 @@ TEST(PersistentDp, PassThroughChainsEqualExhaustiveSearch) {
     }
   }
   EXPECT_GT(cheaper_than_a, 100);
+  EXPECT_GT(shared_beyond_next, 100);
 }
 
 // The fast table (pruned relaxations, compressed rows, vectors, cache blocking) against the plain
@@ -232,16 +235,14 @@ TEST(PersistentDp, EqualsThePlainRecurrence) {
     return chain;
   };
   auto zeroEveryThird = [](Costs chain) {
-    for (int l = 3; l <= chain.length(); l += 3) {
-      chain.wa[l] = chain.wpass[l] = 0;
-      if (l + 1 <= chain.length()) chain.wpass[l + 1] = 0;  // a^{l+1} can share nothing of a^l
-    }
+    for (int l = 3; l <= chain.length(); l += 3) chain = withEmptyActivation(chain, l);
     return chain;
   };
   for (uint64_t seed = 1; seed <= 16; ++seed) {
     const int length = 8 + static_cast<int>(seed * 7 % 30);
     Costs chain = randomCosts(length, seed, 2000, 50);
     if (seed % 3 == 0) chain = zeroEveryThird(chain);
+    if (seed % 3 == 1) chain = withLongSpans(chain, seed);
     const std::string name = "random seed " + std::to_string(seed);
     const int64_t top = noCheckpointPeak(chain);
     for (const int slots : {37, 200}) {

@@ -46,6 +46,27 @@ TEST(Simulator, ParameterGradientsStayHeldFromTheirBackwardOn) {
   EXPECT_EQ(simulate(c, parseSchedule("Fall(1) Fall(2) B(2) B(1)")).peak, 92);
 }
 
+// A span's storage is counted once while the activations that hold it are copies of one run, and
+// once per copy after a stage runs again: the real executor holds a^2 and a recomputed a^1 as
+// two tensors, though the first a^1 and a^2 were one.
+TEST(Simulator, SpansAreSharedByTheActivationsOfOneRun) {
+  Costs c = unitChain(3);
+  c.spans = {{1, 2, 6}};  // 6 of a^1's 10 bytes go on in a^2
+  // Start: a0 + delta3 = 20. Fck(1): 20 + 10 + 1; Fck(2) makes only its own 4 bytes: 30 + 4 + 1.
+  const SimulationResult one = simulate(c, parseSchedule("Fck(1) Fck(2)"));
+  ASSERT_TRUE(one.valid) << one.reason;
+  EXPECT_EQ(one.peak, 35);
+  // a^1 and a^2 held alone: 14 bytes, not 20. Fall(3): 34 + 30 + 1; B(3): 64 + 10 + 2.
+  EXPECT_EQ(simulate(c, parseSchedule("Fck(1) Fck(2) Fall(3) B(3)")).peak, 76);
+  // F∅(2) drops a^1 (a^2 keeps the span's copy), then Fck(1) runs stage 1 again: a new copy of
+  // all 10 bytes beside a^2's: 30 + 10 + 1.
+  const SimulationResult again = simulate(c, parseSchedule("Fck(1) Fn(2) Fck(1)"));
+  ASSERT_TRUE(again.valid) << again.reason;
+  EXPECT_EQ(again.peak, 41);
+  // Fall(1) over a lone a^1 makes its new copy before the old goes: 30 + 30 + 1.
+  EXPECT_EQ(simulate(c, parseSchedule("Fck(1) Fall(1)")).peak, 61);
+}
+
 TEST(Simulator, ReportsTheFirstInvalidOp) {
   const Costs c = unitChain(3);
   const SimulationResult r = simulate(c, parseSchedule("Fck(1) Fn(2) Fall(3) B(3) B(2)"));
