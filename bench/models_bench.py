@@ -242,7 +242,7 @@ class Experiment:
 
         # Reentrant checkpointing (1.13's only form) needs an input that requires grad.
         x_seq = x.clone().requires_grad_(True) if uses_reentrant_checkpoint() else x
-        for k in segment_counts(len(eager)):
+        for k in segment_counts(len(eager), args.segment_counts):
             self.prepare("sequential", k, lambda k=k: make_step(sequential_forward(eager, k), x_seq, parameters))
 
         profiled = jitckpt.checkpoint(scripted, (x,), memory_limit=None, profile_repeats=args.profile_repeats)
@@ -252,7 +252,7 @@ class Experiment:
             self.paired_overhead = paired_ratio(plain.step, unconstrained.step, device, self.steps,
                                                 args.paired_rounds)
             print(f"paired time ratio, jitckpt unconstrained / plain: x{self.paired_overhead:.3f}", flush=True)
-        for k in segment_counts(first["num_stages"]):
+        for k in segment_counts(first["num_stages"], args.segment_counts):
             self.jitckpt_point(scripted, x, "periodic", k, profiled, memory_limit=None, segments=k)
         peak = first["unconstrained_peak"]
         for i in range(1, args.limits + 1):
@@ -262,7 +262,8 @@ class Experiment:
         self.time_interleaved()
         if args.paired_rounds > 0 and unconstrained.status == "ok":
             offset = unconstrained.peak - first["unconstrained_peak"]
-            for point in [p for p in self.points if p.strategy in ("sequential", "periodic") and p.status == "ok"]:
+            paired = [b for b in args.pair.split(",") if b]
+            for point in [p for p in self.points if p.strategy in paired and p.status == "ok"]:
                 self.pair(point, scripted, x, profiled, offset)
 
         # torch.compile: the budget is read when a step compiles, and a new budget needs a reset
@@ -357,6 +358,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="intra-op CPU threads (0: one per core)")
     parser.add_argument("--paired-rounds", type=int, default=7,
                         help="alternating rounds timing plain against jitckpt unconstrained (0: none)")
+    parser.add_argument("--segment-counts", type=int, default=10,
+                        help="segment counts for checkpoint_sequential and periodic, 2 to 2*sqrt(L)")
+    parser.add_argument("--pair", default="sequential,periodic",
+                        help="baselines whose points are paired with optimal (comma-separated; '' for none): "
+                             "fewer pairs fit a long model (ResNet-1001) into one device call")
     parser.add_argument("--compile-budgets", default="0.2,0.4,0.6,0.8,1.0",
                         help="activation_memory_budget values for torch.compile ('' for none)")
     parser.add_argument("--out", default="bench/results/cpu")

@@ -138,9 +138,10 @@ Tensors measureMemory(StageRunner& runner, int l, const Tensors& current,
   RecordedStage recorded = runner.recordedForward(l, current);  // Fall: keeps abar^l
   s.recorded_bytes = probe.currentBytes() - base;
   s.forward_overhead_grad = std::max<int64_t>(0, probe.peakBytes() - base - s.recorded_bytes);
-  const Tensors deltas = onesFor(recorded.outputs);
+  Tensors deltas = onesFor(recorded.outputs);
   base = probe.resetPeak();
-  const StageGradients gradients = runner.backward(l, std::move(recorded), deltas);
+  // delta^l moved in, as the executor hands it over: B frees it once read, before its peak.
+  const StageGradients gradients = runner.backward(l, std::move(recorded), std::move(deltas));
   const int64_t peak = probe.peakBytes() - base;
   s.input_grad_bytes = storageBytes(gradients.inputs);
   s.parameter_grad_bytes = parameterGradBytes(runner, gradients);
@@ -158,8 +159,8 @@ void warmUp(StageRunner& runner, int l, const Tensors& current, int rounds) {
   for (int w = 0; w < rounds; ++w) {
     runner.forward(l, current);
     RecordedStage recorded = runner.recordedForward(l, current);
-    const Tensors deltas = onesFor(recorded.outputs);
-    runner.backward(l, std::move(recorded), deltas);
+    Tensors deltas = onesFor(recorded.outputs);
+    runner.backward(l, std::move(recorded), std::move(deltas));
   }
 }
 
@@ -178,9 +179,9 @@ void measureTimes(StageRunner& runner, int l, const Tensors& current, int repeat
     forward_ms.push_back(stopwatch.stopSeconds() * 1e3);
     const bool has_backward = recorded.outputsHaveGradients() &&
                               (recorded.inputsGetGradients() || !runner.gradientTargets(l).empty());
-    const Tensors deltas = onesFor(recorded.outputs);
+    Tensors deltas = onesFor(recorded.outputs);
     stopwatch.start();
-    runner.backward(l, std::move(recorded), deltas);
+    runner.backward(l, std::move(recorded), std::move(deltas));
     backward_ms.push_back(has_backward ? stopwatch.stopSeconds() * 1e3 : 0.0);
   }
   s.forward_no_grad_ms = probes::median(no_grad_ms);
@@ -214,7 +215,7 @@ UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inpu
   current.clear();
   std::map<size_t, at::Tensor> lifted_grads;  // held to the end, as the executor holds them
   for (int l = L; l >= 1; --l) {
-    StageGradients gradients = runner.backward(l, std::move(*recorded[l]), delta);
+    StageGradients gradients = runner.backward(l, std::move(*recorded[l]), std::move(delta));
     recorded[l].reset();
     delta = std::move(gradients.inputs);
     for (auto& [position, gradient] : gradients.lifted) {

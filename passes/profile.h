@@ -25,10 +25,11 @@
 //            input needs no gradient. wd[L]: bytes of delta^L, ones_like(a^L) for the outputs that
 //            require grad, as autograd hands them to the chain.
 //   ob[l]    backward overhead: peak of B(l) as the runner runs it, minus the baseline (delta^l,
-//            abar^l, a^{l-1} held) minus the input gradient. Parameter gradients are added into
-//            .grad one at a time as they are made (zeroed stand-ins while profiling, given back
-//            afterwards): the paper counts the .grad buffers as model memory, and the gradient in
-//            flight is a transient of B.
+//            abar^l, a^{l-1} held) minus the input gradient; delta^l is moved into B, as the
+//            executor hands it over, so that it goes once read (before B's peak, mostly). Parameter
+//            gradients are added into .grad one at a time as they are made (zeroed stand-ins while
+//            profiling, given back afterwards): the paper counts the .grad buffers as model memory,
+//            and the gradient in flight is a transient of B.
 //   uf[l]    median over `repeats` recording forwards (after `warmup` full F+B rounds), ms.
 //   uf_nograd[l]  the same over forwards without recording (Fck, F∅: see solver/costs.h), ms.
 //   ub[l]    median over `repeats` backward calls, each after an untimed recording forward, ms.

@@ -89,13 +89,15 @@ def test_one_experiment_end_to_end(tmp_path):
 
     args = argparse.Namespace(model="resnet18", image=32, batch=2, device="cpu", runs=1, min_seconds=0.01,
                               limits=2, profile_repeats=1, compile_budgets="", threads=0, paired_rounds=2,
-                              out=str(tmp_path))
+                              segment_counts=3, pair="sequential,periodic", out=str(tmp_path))
     models_bench.Experiment(args).run()
     name = "resnet18-32px-batch2-cpu"
     with open(tmp_path / f"{name}.csv") as f:
         rows = list(csv.DictReader(f))
     assert {r["strategy"] for r in rows} >= {"plain", "sequential", "periodic", "revolve", "optimal"}
     assert all(r["status"] in ("ok", "infeasible", "oom") for r in rows)
+    for baseline in ("sequential", "periodic"):  # --segment-counts 3
+        assert len([r for r in rows if r["strategy"] == baseline]) == 3, baseline
     measured = [r for r in rows if r["status"] == "ok" and r["limit_bytes"] and r["strategy"] != "periodic"]
     assert measured, "no jitckpt point ran under a limit"
     # The counting allocator's peak stays within the limit the schedule was solved for, plus the

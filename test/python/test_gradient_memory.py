@@ -83,10 +83,13 @@ def test_measured_step_peak_follows_the_prediction(profiled, limit):
     step(rewritten)  # warm-up
     # The plan counts the chain's input, which the step finds already allocated.
     peak = step_peak(rewritten) + X.numel() * X.element_size()
-    # Beyond the chain: the loss and the epilogue's outputs and their gradients (2 x 256 x 10
-    # floats each), a few KiB. Without the gradients in the costs the step would peak about
-    # 100 KiB (the body's and the epilogue's gradients) above the plan.
-    slack = 48 * 1024
+    # Beyond the chain, at the step's peak: the gradient of the chain's output comes from the two
+    # heads that read it, and autograd holds both parts while it adds them (one more 256 x 64
+    # floats than the plan's delta^L); the loss and the heads' outputs and gradients, a few KiB,
+    # are made before or freed by then. Without the gradients in the costs the step would peak
+    # about 100 KiB (the body's and the epilogue's gradients) above the plan.
+    second_part = 256 * 64 * 4
+    slack = second_part + 16 * 1024
     assert peak <= info["memory_limit"] + slack, (peak, info["predicted_peak"], info["memory_limit"])
     assert peak >= info["predicted_peak"] - slack, (peak, info["predicted_peak"])
     # The same gradients as the unmodified model's.
