@@ -119,7 +119,7 @@ class PersistentSolver {
   std::vector<int> sweep_;  // (s,last) -> peak of Fck(s), F∅(s+1..last), (L+1) x (L+1)
   std::vector<Row> rows_;
   std::vector<Row> rows_by_start_;
-  std::vector<std::unique_ptr<float[]>> chunks_;
+  std::vector<std::unique_ptr<float[], void (*)(void*)>> chunks_;
   size_t chunk_size_ = 0, chunk_used_ = 0;
 };
 
