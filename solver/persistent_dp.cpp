@@ -254,9 +254,9 @@ void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer,
         relaxAll(out, sub.data, shift + sub.first, stage_time, sub.min, lo, split_at, S_);
     }
     // C_ck: Fck(s), F∅(s+1..s'-1), solve (s', t) beside a^{s'-1} (what a^{s-1} does not hold of
-    // it), then (s, s'-1) beside the
-    // parameter gradients of s'..t. (The fields are written in place: a Split built aside and
-    // copied in was read back before its parts had reached memory, a stall on every split.)
+    // it), then (s, s'-1) beside the parameter gradients of s'..t. (The fields are written in
+    // place: a Split built aside and copied in was read back before its parts had reached memory,
+    // a stall on every split.)
     splits.resize(static_cast<size_t>(t - s));
     int count = 0;
     for (int split = s + 1; split <= t; ++split) {

@@ -19,9 +19,12 @@ class HeldActivations {
         over_[l].push_back(static_cast<int>(i));
     }
     alone_.assign(L + 1, 0);
+    made_.assign(L + 1, 0);
     for (int l = 0; l <= L; ++l) {
       alone_[l] = chain.wa[l];
       for (int i : over_[l]) alone_[l] -= chain.spans[i].bytes;
+      made_[l] = alone_[l];
+      for (int i : over_[l]) made_[l] += chain.spans[i].first == l ? chain.spans[i].bytes : 0;
     }
     copies_.resize(L + 1);
   }
@@ -57,11 +60,15 @@ class HeldActivations {
   }
 
   int64_t bytes() const { return bytes_; }
+  // What a run of stage l makes of a^l: wa less what a^{l-1} passes on (Costs::passedBytes,
+  // tabled here: the simulator asks it for every forward).
+  int64_t made(int l) const { return made_[l]; }
 
  private:
   const Costs& chain_;
   std::vector<std::vector<int>> over_;    // per activation: the spans over it
   std::vector<int64_t> alone_;            // per activation: wa less its spans
+  std::vector<int64_t> made_;             // per activation: see made()
   std::vector<std::vector<int>> copies_;  // per held activation: its copy of each span over it
   std::vector<int> references_;           // per copy: the held activations that hold it
   std::vector<int> span_of_;              // per copy: its span
@@ -103,7 +110,9 @@ SimulationResult simulate(const Costs& chain, const Schedule& schedule) {
         if (!input) return invalid(i, "its input a^" + std::to_string(l - 1) + " is not held");
         if (abar[l]) return invalid(i, "abar^" + std::to_string(l) + " is already held");
         // A lone a^l is replaced by the new run's, which is made before it goes.
-        result.peak = std::max(result.peak, held() + chain.abarOwnBytes(l) + chain.of[l]);
+        // abar^l's own part (Costs::abarOwnBytes): wabar less what a^{l-1} passes on.
+        const int64_t abar_own = chain.wabar[l] - (chain.wa[l] - activations.made(l));
+        result.peak = std::max(result.peak, held() + abar_own + chain.of[l]);
         if (a[l]) activations.release(l);
         activations.compute(l);
         other += chain.wabar[l] - chain.wa[l];
@@ -117,8 +126,8 @@ SimulationResult simulate(const Costs& chain, const Schedule& schedule) {
       case OpKind::ForwardNone: {
         if (!input) return invalid(i, "its input a^" + std::to_string(l - 1) + " is not held");
         if (a[l] || abar[l]) return invalid(i, "a^" + std::to_string(l) + " is already held");
-        result.peak = std::max(result.peak, held() + chain.wa[l] - chain.passedBytes(l) +
-                                                chain.noGradForwardOverhead(l));
+        result.peak =
+            std::max(result.peak, held() + activations.made(l) + chain.noGradForwardOverhead(l));
         activations.compute(l);
         a[l] = true;
         if (op.kind == OpKind::ForwardNone && a[l - 1]) {  // a lone input is replaced
