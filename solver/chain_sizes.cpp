@@ -19,6 +19,8 @@ ChainSizes::ChainSizes(const Costs& chain, int64_t unit_bytes, int64_t cap_units
   gradient_bytes_before.assign(L + 2, 0);
   for (int l = 1; l <= L; ++l)
     gradient_bytes_before[l + 1] = gradient_bytes_before[l] + chain.gradientBytes(l);
+  gradient_bytes_before[L + 1] += chain.held_output;
+  terminal_gradients = units(chain.gradientBytes(L));
   // shared[j][k] (j < k): bytes of a^k that a^j holds, the spans over both.
   const size_t n = static_cast<size_t>(L) + 1;
   std::vector<int64_t> shared(n * n, 0);

@@ -31,15 +31,23 @@ struct ChainSizes {
   int64_t runStep(int s, int j) const { return kept(s - 1, j - 1) + new_a[j] + of_nograd[j]; }
   // A lone a^k held beside a^j (j < k), which it was computed from: what a^j does not hold.
   int64_t kept(int j, int k) const { return kept_[static_cast<size_t>(j) * (length + 1) + k]; }
-  // The parameter gradients of stages first..last, in units (0 when first > last).
+  // What B(first..last) leave held to the end, in units (0 when first > last): the parameter
+  // gradients of those stages, and the caller's copy of a^{L-1} (Costs::held_output) when last is
+  // the terminal stage L.
   int64_t gradients(int first, int last) const;
+  // What B(s) of C_all(s,t) holds beside it of s+1..t: gradients(s+1, t), but without the
+  // caller's copy of a^{L-1} for s = L-1, t = L, where abar^{L-1} holds it until B(L-1) ends.
+  int64_t allGradients(int s, int t) const {
+    return s == length - 1 && t == length ? terminal_gradients : gradients(s + 1, t);
+  }
 
   int64_t unit, cap;
   int length;  // L
   // wa, abar^l's own part (Costs::abarOwnBytes), what a run of stage l makes of a^l (wa less
   // what a^{l-1} passes on), wd, of, of_nograd, ob; each capped.
   std::vector<int64_t> wa, abar_own, new_a, wd, of, of_nograd, ob;
-  std::vector<int64_t> gradient_bytes_before;  // [l]: bytes of stages 1..l-1, exact
+  std::vector<int64_t> gradient_bytes_before;  // [l]: what B(1..l-1) leave held, exact
+  int64_t terminal_gradients = 0;              // wg[L] alone, in units
 
  private:
   std::vector<int64_t> kept_;  // (j, k) -> kept(j, k), (L+1) x (L+1), for j < k

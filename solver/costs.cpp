@@ -193,6 +193,11 @@ void validate(const Costs& chain) {
     }
   }
   validateSpans(chain);
+  if (chain.held_output < 0) fail("chain field 'held_output' is negative");
+  if (chain.held_output > 0 && n < 3)
+    fail(
+        "chain field 'held_output' needs at least two stages: it is the bytes of a^{L-1}, the "
+        "input of the terminal stage L");
 }
 
 Costs costsFromJson(const std::string& text) {
@@ -220,6 +225,11 @@ Costs costsFromJson(const std::string& text) {
   if (json.contains("spans")) chain.spans = readSpans(json);
   if (json.contains("wpass"))
     chain.spans = spansOfPassed(readField<int64_t>(json, "wpass"), chain.wa);
+  if (json.contains("held_output")) {
+    const Json& held = json.at("held_output");
+    if (!held.is_number_integer()) fail("chain field 'held_output' must be an integer (bytes)");
+    chain.held_output = held.get<int64_t>();
+  }
   validate(chain);
   return chain;
 }
@@ -235,6 +245,7 @@ std::string costsToJson(const Costs& chain) {
     for (const Span& span : chain.spans) spans.push_back({span.first, span.last, span.bytes});
     json["spans"] = spans;
   }
+  if (chain.held_output > 0) json["held_output"] = chain.held_output;
   return json.dump(1);
 }
 

@@ -47,6 +47,14 @@ namespace jitckpt::solver {
 // those of its input. The simulator follows the copies for any sequence; in a persistent schedule
 // every activation held beside a sub-chain's input a^j was computed from it, so a lone a^k there
 // costs wa[k] - sharedBytes(j, k). Without spans, nothing is shared.
+// Fourth extension: the caller of a model chain keeps the chain's output (the terminal stage's
+// input a^{L-1}) to the end of the step: `output = model(x); loss_fn(output, y).backward()` holds
+// `output` through the whole backward. held_output is its bytes. Until B(L) the activation a^{L-1}
+// holds it. From B(L) on it is counted apart, beside every activation and gradient, where B(L)
+// consumed a lone a^{L-1}; where abar^{L-1} was held (Fall(L-1) ran, so abar^{L-1} holds that very
+// copy), from B(L-1) on. A stage recomputed after B(L) makes a copy of its own. Without it (0, the
+// paper's model) the output goes when B(L) has read it. Where the output passes on storages of
+// earlier activations (spans over L-1), they are counted again, the safe side.
 // Storages that consecutive activations hold: every a^l with first <= l <= last holds `bytes` of
 // them (the same copies when each was computed from the one before).
 struct Span {
@@ -69,6 +77,7 @@ struct Costs {
   std::vector<int64_t> ob;         // backward overhead
   std::vector<int64_t> wg;         // parameter gradients B(l) leaves held; empty: none
   std::vector<Span> spans;         // storages held by consecutive activations; empty: none
+  int64_t held_output = 0;         // bytes of a^{L-1} the caller keeps to the end; 0: none
 
   int length() const { return static_cast<int>(uf.size()) - 1; }  // L
   // The time of Fck(l) and F∅(l).
@@ -90,14 +99,15 @@ struct Costs {
 
 // Throws std::invalid_argument naming the field and the stage when the chain is not well formed
 // (empty, vectors of different lengths, negative values, wabar < wa, a span outside 0..L or
-// shorter than two activations, spans over a^l holding more than wa[l]).
+// shorter than two activations, spans over a^l holding more than wa[l], held_output negative or
+// given for a chain of one stage).
 void validate(const Costs& chain);
 
 // JSON form: {"uf":[...], "ub":[...], "wa":[...], "wabar":[...], "wd":[...], "of":[...],
 // "ob":[...]} with L+1 entries each (entry 0 as above), and optionally "uf_nograd", "of_nograd",
-// "wg" and "spans" ([[first, last, bytes], ...]). Files of earlier versions may give "wpass"
-// instead ([l]: bytes of a^l that a^{l-1} holds; read as spans over l-1 and l). Errors name the
-// field and the stage.
+// "wg", "spans" ([[first, last, bytes], ...]) and "held_output" (bytes). Files of earlier versions
+// may give "wpass" instead ([l]: bytes of a^l that a^{l-1} holds; read as spans over l-1 and l).
+// Errors name the field and the stage.
 Costs costsFromJson(const std::string& text);
 std::string costsToJson(const Costs& chain);
 Costs readCostsFile(const std::string& path);

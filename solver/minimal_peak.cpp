@@ -1,6 +1,6 @@
 // Smallest persistent peak (see minimal_peak.h). P(s,t), the least memory that solves (s,t)
 // beside delta^t (a^{s-1} held, outside it, as in the table), follows the table's rows' first
-// finite slot at one byte per slot:
+// finite slot at one byte per slot (gradients(s+1..t) in m_all: ChainSizes::allGradients):
 //   P(s,s) = m_all(s,s)
 //   P(s,t) = min( max(m_all(s,t), abar_own[s] + P(s+1,t)),                      C_all
 //                 min_{s<s'<=t} max(run(s,s'-1) + wd[t], kept(s-1,s'-1) + P(s',t),
@@ -75,7 +75,7 @@ class MinimalPeakTable {
       return;
     }
     if (!revolve_only_) {
-      const int64_t peak = std::max(sizes_.allPeak(s, t, sizes_.gradients(s + 1, t)),
+      const int64_t peak = std::max(sizes_.allPeak(s, t, sizes_.allGradients(s, t)),
                                     sizes_.abar_own[s] + peak_[at(s + 1, t)]);
       consider(cell, peak, stageTime(s) + time_[at(s + 1, t)], kAll, any);
     }

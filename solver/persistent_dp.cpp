@@ -170,7 +170,7 @@ PersistentSolver::PersistentSolver(const Costs& chain, int64_t max_limit, int sl
 
 // The C_all peak (ChainSizes::allPeak) in slots.
 int PersistentSolver::ememSlots(int s, int t) const {
-  return static_cast<int>(sizes_.allPeak(s, t, gradientSlots(s + 1, t)));
+  return static_cast<int>(sizes_.allPeak(s, t, sizes_.allGradients(s, t)));
 }
 
 float PersistentSolver::cell(int s, int t, int m) const {

@@ -88,6 +88,8 @@ SimulationResult simulate(const Costs& chain, const Schedule& schedule) {
   // Besides the activations: gradients, and what abar^l saves beyond a^l.
   int64_t other = chain.wd[L];
   auto held = [&] { return other + activations.bytes(); };
+  // Costs::held_output: the caller's copy of a^{L-1} is counted apart once no activation holds it.
+  bool output_in_abar = false;
 
   SimulationResult result;
   result.peak = held();
@@ -148,6 +150,16 @@ SimulationResult simulate(const Costs& chain, const Schedule& schedule) {
         activations.release(l);
         delta[l] = false;
         abar[l] = false;
+        if (l == L && chain.held_output > 0) {
+          if (abar[l - 1])
+            output_in_abar = true;  // apart from B(L-1) on
+          else
+            other += chain.held_output;
+        }
+        if (l == L - 1 && output_in_abar) {
+          other += chain.held_output;
+          output_in_abar = false;
+        }
         if (a[l - 1]) {  // a lone a^{l-1} is consumed; abar^{l-1}, if held, stays
           activations.release(l - 1);
           a[l - 1] = false;

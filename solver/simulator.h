@@ -19,7 +19,8 @@
 // passes on), plus its overhead (of for Fall, of_nograd for Fck and F∅, ob for B). B(l) produces
 // delta^{l-1} while delta^l, abar^l and a^{l-1} are still held; the paper's m_all leaves
 // delta^{l-1} out, the simulator counts it. B(l) leaves its parameter gradients (Costs::wg) held to
-// the end.
+// the end. The caller's copy of a^{L-1} (Costs::held_output) is held apart from the end of B(L), or
+// of B(L-1) where abar^{L-1} was held at B(L).
 #pragma once
 
 #include <cstdint>

@@ -161,6 +161,15 @@ Costs randomCosts(int length, uint64_t seed, int max_size, int max_time) {
     c.spans.push_back({first, last, bytes});
     for (int l = first; l <= last; ++l) free[static_cast<size_t>(l)] -= bytes;
   }
+  // The caller's copy of a^{L-1} (Costs::held_output), drawn apart: for about half the chains of
+  // two stages or more, any size up to twice that activation (what the caller keeps of a model's
+  // output may be more or less than the chain's last boundary).
+  std::mt19937_64 output_rng(seed ^ 0x165667b19e3779f9ULL);
+  if (length >= 2) {
+    const int64_t a = c.wa[static_cast<size_t>(length - 1)];
+    c.held_output =
+        std::max<int64_t>(0, std::uniform_int_distribution<int64_t>(-2 * a - 1, 2 * a)(output_rng));
+  }
   return c;
 }
 

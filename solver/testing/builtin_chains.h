@@ -25,7 +25,8 @@ Costs builtinCosts(const std::string& name);
 
 // Random chain of `length` stages with integer sizes in [0, max_size] (zero sizes included),
 // abar >= a, integer times in [0, max_time], no-grad forward overheads of their own (of_nograd),
-// parameter gradients (wg) on about two thirds of the stages, and spans of pass-throughs;
+// parameter gradients (wg) on about two thirds of the stages, spans of pass-throughs, and on about
+// half the chains of two stages or more a caller's copy of a^{L-1} (held_output);
 // deterministic for a seed.
 Costs randomCosts(int length, uint64_t seed, int max_size = 6, int max_time = 9);
 

@@ -81,16 +81,19 @@ SearchResult bestAnySequence(const Costs& chain, int64_t limit) {
   // gradient held (exactly one at any time). The transitions below are Table 1 exactly as the
   // simulator applies them (same validity rules, same peak = held + produced + overhead); the
   // tests replay every schedule found here with the simulator. Among equally fast schedules the
-  // one with the fewest ops wins, so that zero-cost detours do not show up.
+  // one with the fewest ops wins, so that zero-cost detours do not show up. `output_apart`: the
+  // caller's copy of a^{L-1} is counted apart (Costs::held_output).
   struct State {
     uint32_t a, abar;
     int delta;
+    bool output_apart;
     bool operator<(const State& o) const {
-      return std::tie(a, abar, delta) < std::tie(o.a, o.abar, o.delta);
+      return std::tie(a, abar, delta, output_apart) <
+             std::tie(o.a, o.abar, o.delta, o.output_apart);
     }
   };
   auto memory = [&](const State& st) {
-    int64_t held = chain.wd[st.delta];
+    int64_t held = chain.wd[st.delta] + (st.output_apart ? chain.held_output : 0);
     for (int l = st.delta + 1; l <= L; ++l) held += chain.gradientBytes(l);  // B(l) has run
     for (int l = 0; l <= L; ++l) {
       if (st.abar >> l & 1)
@@ -109,7 +112,7 @@ SearchResult bestAnySequence(const Costs& chain, int64_t limit) {
   std::map<State, Cost> dist;
   std::map<State, std::pair<State, Op>> parent;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
-  const State start{1u, 0u, L};
+  const State start{1u, 0u, L, false};
   if (memory(start) > limit) return {};
   dist[start] = {0, 0};
   queue.push({{0, 0}, start});
@@ -168,6 +171,8 @@ SearchResult bestAnySequence(const Costs& chain, int64_t limit) {
         next.abar &= ~(1u << l);
         next.a &= ~(1u << (l - 1));
         next.delta = l - 1;
+        if (l == L) next.output_apart = chain.held_output > 0 && !(st.abar >> (l - 1) & 1);
+        if (l == L - 1) next.output_apart = chain.held_output > 0;
         relax(next, {OpKind::Backward, l}, held + chain.wd[l - 1] + chain.ob[l], chain.ub[l]);
       }
     }

@@ -23,9 +23,12 @@ ReferenceTable::ReferenceTable(const Costs& chain, int64_t max_limit, int slots,
   auto toSlots = [&](int64_t bytes) { return std::min<int64_t>(ceilDiv(bytes, slot), S + 1); };
   auto wa = [&](int l) { return toSlots(chain.wa[l]); };
   auto wd = [&](int l) { return toSlots(chain.wd[l]); };
-  auto gradients = [&](int first, int last) {
+  // What B(first..last) leave held: parameter gradients, and the caller's copy of a^{L-1} once
+  // B(L) has run (Costs::held_output) unless `output_in_abar`: abar^{L-1} holds it until B(L-1).
+  auto gradients = [&](int first, int last, bool output_in_abar = false) {
     int64_t bytes = 0;
     for (int l = first; l <= last; ++l) bytes += chain.gradientBytes(l);
+    if (first <= last && last == L && !output_in_abar) bytes += chain.held_output;
     return toSlots(bytes);
   };
   // What a run of stage l makes of a^l, and a lone a^k beside a^j, which it was computed from.
@@ -52,9 +55,9 @@ ReferenceTable::ReferenceTable(const Costs& chain, int64_t max_limit, int slots,
       const int t = s + length;
       std::vector<float>& out = table[s][t];
       const int64_t abar = toSlots(chain.abarOwnBytes(s));
-      const int64_t emem =
-          std::max(wd(t) + abar + toSlots(chain.of[s]),
-                   wd(s) + abar + wd(s - 1) + toSlots(chain.ob[s]) + gradients(s + 1, t));
+      const int64_t emem = std::max(
+          wd(t) + abar + toSlots(chain.of[s]),
+          wd(s) + abar + wd(s - 1) + toSlots(chain.ob[s]) + gradients(s + 1, t, s == L - 1));
       const float stage_time = static_cast<float>(chain.uf[s] + chain.ub[s]);
       if (s == t) {
         for (int64_t m = emem; m <= S; ++m) out[m] = stage_time;

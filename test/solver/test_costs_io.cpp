@@ -68,6 +68,21 @@ TEST(ChainFile, NoGradForwardOverheadsRoundTripAndDefaultToOf) {
               "'of_nograd' at stage 1");
 }
 
+TEST(ChainFile, HeldOutputRoundTripsAndDefaultsToNone) {
+  Costs chain = randomCosts(5, 11, 50, 20);
+  chain.held_output = 1234;
+  EXPECT_EQ(costsFromJson(costsToJson(chain)).held_output, 1234);
+  EXPECT_EQ(costsFromJson(kGood).held_output, 0);
+  chain.held_output = -1;
+  EXPECT_THROW(validate(chain), std::invalid_argument);
+  expectError(R"({"uf":[0,1],"ub":[0,2],"wa":[5,6],"wabar":[0,8],"wd":[5,6],"of":[0,1],"ob":[0,1],)"
+              R"("held_output":3})",
+              "at least two stages");
+  expectError(std::string(R"({"uf":[0,1,1],"ub":[0,2,2],"wa":[5,6,6],"wabar":[0,8,8],)") +
+                  R"("wd":[5,6,6],"of":[0,1,1],"ob":[0,1,1],"held_output":"many"})",
+              "must be an integer");
+}
+
 TEST(ChainFile, ParameterGradientsRoundTripAndDefaultToNone) {
   const Costs chain = randomCosts(5, 11, 50, 20);
   ASSERT_EQ(chain.wg.size(), chain.uf.size());

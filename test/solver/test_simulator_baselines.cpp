@@ -46,6 +46,32 @@ TEST(Simulator, ParameterGradientsStayHeldFromTheirBackwardOn) {
   EXPECT_EQ(simulate(c, parseSchedule("Fall(1) Fall(2) B(2) B(1)")).peak, 92);
 }
 
+// The caller keeps the chain's output a^{L-1} (here a^2, the input of terminal stage 3) to the end
+// of the step. Where abar^2 holds it, it is counted apart only once B(2) has freed abar^2; where
+// B(3) consumed a lone a^2, from there on, and a recomputed a^2 is a copy of its own.
+TEST(Simulator, TheCallersOutputIsHeldToTheEnd) {
+  Costs c = unitChain(3);
+  c.ob[2] = 100;  // B(2) is the peak
+  const Schedule straight = parseSchedule("Fall(1) Fall(2) Fall(3) B(3) B(2) B(1)");
+  // Start 20; Fall(1..3) 51, 81, 111; B(3): 110 + delta2 + 2 = 122; B(2): 80 + 10 + 100 = 190.
+  EXPECT_EQ(simulate(c, straight).peak, 190);
+  c.held_output = 7;  // abar^2 holds the caller's copy through B(2): the same peak
+  EXPECT_EQ(simulate(c, straight).peak, 190);
+  // Fck(2) keeps a lone a^2 that B(3) consumes; from there the caller's copy is apart, and Fall(2)
+  // makes a second copy beside it. Start 20; Fall(1) 51; Fck(2) 61; Fall(3) 91; B(3) 102; then
+  // a0 + abar1 + delta2 = 50 (+7): Fall(2) 81 (+7); B(2): 80 + 10 + 100 = 190 (+7).
+  const Schedule recomputed = parseSchedule("Fall(1) Fck(2) Fall(3) B(3) Fall(2) B(2) B(1)");
+  EXPECT_EQ(simulate(c, recomputed).peak, 197);
+  c.held_output = 0;
+  EXPECT_EQ(simulate(c, recomputed).peak, 190);
+  // After B(2) it is apart in both: B(1) as the peak, 50 + delta0 + 100 = 160 (+7).
+  c.ob[2] = 2;
+  c.ob[1] = 100;
+  EXPECT_EQ(simulate(c, straight).peak, 160);
+  c.held_output = 7;
+  EXPECT_EQ(simulate(c, straight).peak, 167);
+}
+
 // A span's storage is counted once while the activations that hold it are copies of one run, and
 // once per copy after a stage runs again: the real executor holds a^2 and a recomputed a^1 as
 // two tensors, though the first a^1 and a^2 were one.
