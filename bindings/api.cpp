@@ -138,6 +138,7 @@ py::dict solutionInfo(const jitckpt::Plan& plan) {
   for (const auto& span : s.costs.spans)
     spans.append(py::make_tuple(span.first, span.last, span.bytes));
   costs["spans"] = spans;
+  costs["held_output"] = s.costs.held_output;
   info["costs"] = costs;
   info["input_shapes"] = s.input_key.shapes;
   info["input_types"] = s.input_key.types;

@@ -194,7 +194,8 @@ struct UnconstrainedRun {
   double ms = 0;
 };
 
-// The no-checkpointing schedule run for real, as the executor runs it.
+// The no-checkpointing schedule run for real, as the executor runs it, with the chain's output
+// kept to the end as its caller keeps it (Costs::held_output).
 UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inputs,
                                   const Tensors& chain_outputs, probes::MemoryProbe& probe,
                                   probes::Stopwatch& stopwatch) {
@@ -212,6 +213,7 @@ UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inpu
     current = recorded[l]->outputs;
     recorded[l]->releaseOutputs();  // as the executor: a^l goes once stage l+1 has read it
   }
+  const Tensors output = std::move(current);
   current.clear();
   std::map<size_t, at::Tensor> lifted_grads;  // held to the end, as the executor holds them
   for (int l = L; l >= 1; --l) {
@@ -225,6 +227,7 @@ UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inpu
   }
   delta.clear();
   lifted_grads.clear();
+  (void)output;  // held until here
   UnconstrainedRun run;
   run.ms = stopwatch.stopSeconds() * 1e3;
   run.peak = probe.peakBytes() - base + held_from_start;
@@ -280,6 +283,10 @@ void appendTerminalStage(solver::Costs& c, const Tensors& chain_outputs) {
   c.wd.back() = output_grad_bytes;
   for (auto* v : {&c.uf, &c.uf_nograd, &c.ub}) v->push_back(0);
   for (auto* v : {&c.wa, &c.wabar, &c.wd, &c.of, &c.of_nograd, &c.ob}) v->push_back(0);
+  // The caller keeps the model's output through the backward (`out = model(x)`, then
+  // `loss_fn(out, y).backward()`): counted as held to the end (Costs::held_output). Where the
+  // module returns something smaller made from it (its own loss), that is memory to spare.
+  c.held_output = storageBytes(chain_outputs);
 }
 
 }  // namespace
