@@ -213,8 +213,6 @@ UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inpu
     current = recorded[l]->outputs;
     recorded[l]->releaseOutputs();  // as the executor: a^l goes once stage l+1 has read it
   }
-  const Tensors output = std::move(current);
-  current.clear();
   std::map<size_t, at::Tensor> lifted_grads;  // held to the end, as the executor holds them
   for (int l = L; l >= 1; --l) {
     StageGradients gradients = runner.backward(l, std::move(*recorded[l]), std::move(delta));
@@ -227,7 +225,7 @@ UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inpu
   }
   delta.clear();
   lifted_grads.clear();
-  (void)output;  // held until here
+  current.clear();  // the chain's output, held until here
   UnconstrainedRun run;
   run.ms = stopwatch.stopSeconds() * 1e3;
   run.peak = probe.peakBytes() - base + held_from_start;
