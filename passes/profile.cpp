@@ -213,15 +213,15 @@ UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inpu
     current = recorded[l]->outputs;
     recorded[l]->releaseOutputs();  // as the executor: a^l goes once stage l+1 has read it
   }
-  std::map<size_t, at::Tensor> lifted_grads;  // held to the end, as the executor holds them
+  // Held to the end, as the executor holds them, each B adding its uses to the sum so far.
+  Tensors lifted_grads(runner.arguments().lifted_tensors.size());
   for (int l = L; l >= 1; --l) {
-    StageGradients gradients = runner.backward(l, std::move(*recorded[l]), std::move(delta));
+    StageGradients gradients =
+        runner.backward(l, std::move(*recorded[l]), std::move(delta), &lifted_grads);
     recorded[l].reset();
     delta = std::move(gradients.inputs);
-    for (auto& [position, gradient] : gradients.lifted) {
-      at::Tensor& sum = lifted_grads[runner.firstPosition(position)];
-      sum = sum.defined() ? sum + gradient : std::move(gradient);
-    }
+    for (auto& [position, gradient] : gradients.lifted)
+      lifted_grads[runner.firstPosition(position)] = std::move(gradient);
   }
   delta.clear();
   lifted_grads.clear();

@@ -95,16 +95,20 @@ void ScheduleExecutor::backward(int l) {
   abar_[l].reset();
   Tensors output_grads = std::move(*delta_[l]);
   delta_[l].reset();
-  StageGradients gradients = runner_.backward(l, std::move(recorded), std::move(output_grads));
   // A tensor lifted more than once (one parameter reached through several attribute paths: tied
   // or shared weights) gets its gradients summed at one position, the first, in the order the
-  // stages' B run: the order in which the unmodified model's engine adds them in the parameter's
-  // InputBuffer (the last use first). Left at each stage's own position, the op would return
-  // several gradients for one tensor and autograd would add them in the op's input order, the
-  // first use first: with three uses or more, (g1 + g2) + g3 instead of (g3 + g2) + g1, other bits.
+  // stages' B run, each B adding its uses to the sum so far (StageRunner::backward): the order in
+  // which the unmodified model's engine adds them in the parameter's InputBuffer (the last use
+  // first). Left at each stage's own position, the op would return several gradients for one
+  // tensor and autograd would add them in the op's input order, the first use first: with three
+  // uses or more, (g1 + g2) + g3 instead of (g3 + g2) + g1, other bits.
+  StageGradients gradients =
+      runner_.backward(l, std::move(recorded), std::move(output_grads), &lifted_grads_);
   for (auto& [position, gradient] : gradients.lifted) {
     at::Tensor& sum = lifted_grads_[runner_.firstPosition(position)];
-    sum = sum.defined() ? sum + gradient : std::move(gradient);
+    TORCH_INTERNAL_ASSERT(!sum.defined(), "jitckpt executor: B(", l,
+                          ") returned a gradient without taking the sum so far");
+    sum = std::move(gradient);
   }
   delta_[l - 1] = std::move(gradients.inputs);
   a_[l - 1].reset();  // consumed; abar^{l-1}, if held, stays

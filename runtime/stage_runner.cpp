@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <utility>
 
 #include "runtime/error_text.h"
 
@@ -340,7 +341,27 @@ Tensors StageRunner::gradientTargets(int l) const {
   return out;
 }
 
-StageGradients StageRunner::backward(int l, RecordedStage recorded, Tensors output_grads) {
+// The sums so far reach each leaf's InputBuffer first, straight from the root (the root's first
+// edges), before any of the stage's own gradients: the engine then adds those as they arrive.
+void StageRunner::takeLiftedSums(const RecordedStage& recorded, Tensors& lifted_sums,
+                                 torch::autograd::edge_list& roots, Tensors& root_grads) const {
+  torch::autograd::edge_list edges;
+  Tensors sums;
+  for (const auto& [position, leaf] : recorded.side_leaves) {
+    at::Tensor& sum = lifted_sums.at(firstPosition(position));
+    torch::autograd::Edge edge = leafEdge(leaf);
+    if (!sum.defined() || !edge.is_valid()) continue;
+    edges.push_back(std::move(edge));
+    sums.push_back(std::exchange(sum, at::Tensor()));
+  }
+  roots.insert(roots.begin(), std::make_move_iterator(edges.begin()),
+               std::make_move_iterator(edges.end()));
+  root_grads.insert(root_grads.begin(), std::make_move_iterator(sums.begin()),
+                    std::make_move_iterator(sums.end()));
+}
+
+StageGradients StageRunner::backward(int l, RecordedStage recorded, Tensors output_grads,
+                                     Tensors* lifted_sums) {
   TORCH_INTERNAL_ASSERT(output_grads.size() == recorded.output_edges.size());
   recorded.releaseOutputs();  // the edges keep the graph alive, no longer
   torch::autograd::edge_list roots;
@@ -351,6 +372,8 @@ StageGradients StageRunner::backward(int l, RecordedStage recorded, Tensors outp
       root_grads.push_back(std::move(output_grads[i]));
     }
   }
+  if (!roots.empty() && lifted_sums != nullptr)
+    takeLiftedSums(recorded, *lifted_sums, roots, root_grads);
   output_grads.clear();
   recorded.output_edges.clear();
   // What the gradient is taken with respect to: the inputs that get one, then the stand-ins of

@@ -114,7 +114,13 @@ class StageRunner {
   RecordedStage recordedForward(int l, const Tensors& activations);
   // B(l): consumes a recorded run and the gradients of its outputs (undefined: none); each
   // gradient is freed as soon as the backward is done with it, if the caller holds no copy.
-  StageGradients backward(int l, RecordedStage recorded, Tensors output_grads);
+  // `lifted_sums` (by firstPosition, or null): the gradients the stages after l gave each lifted
+  // tensor so far. B(l) takes a tensor's sum in (leaving it undefined) and adds its own uses to
+  // it one at a time, as the unmodified model's engine adds every use in the tensor's
+  // InputBuffer: a stage that uses a parameter twice (a shared layer, a loop) returns
+  // (sum + g_b) + g_a, not sum + (g_b + g_a), which rounds otherwise.
+  StageGradients backward(int l, RecordedStage recorded, Tensors output_grads,
+                          Tensors* lifted_sums = nullptr);
   // The stage recording its autograd graph on `activations` themselves (not on detached
   // copies), side values entering as leaves as in Fall (appended to `side_leaves`): for a
   // backward that differentiates the whole chain at once (retain_graph).
@@ -131,6 +137,8 @@ class StageRunner {
               std::vector<std::pair<size_t, at::Tensor>>* side_leaves = nullptr);
   // Lifted tensors that require grad reach recorded runs as leaves of their own (RecordedStage).
   bool entersAsLeaf(size_t k) const;
+  void takeLiftedSums(const RecordedStage& recorded, Tensors& lifted_sums,
+                      torch::autograd::edge_list& roots, Tensors& root_grads) const;
   c10::IValue liftedValue(int l, size_t k, bool recomputation);
 
   std::shared_ptr<const ChainStages> stages_;

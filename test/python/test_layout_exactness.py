@@ -10,7 +10,9 @@ another order and differs in the last bits. Taking the boundary gradient out of 
 re-strides it like the leaf (a channels-last boundary gets a channels-last gradient where the
 engine's InputBuffer sum, which the unmodified model passes on, was contiguous). Letting
 AccumulateGrad add each stage's part into an existing .grad also reorders the sum of a shared
-parameter's gradient: (G + g_b) + g_a instead of G + (g_b + g_a); and so does returning a tied
+parameter's gradient: (G + g_b) + g_a instead of G + (g_b + g_a); so does a stage that uses a
+parameter twice and sums its own uses before adding them to what the later stages gave, S + (g_b +
+g_a) where the engine adds (S + g_b) + g_a; and so does returning a tied
 parameter's per-stage gradients at several of the op's inputs (one per attribute path), which
 autograd adds in input order, (g_1 + g_2) + g_3, where the unmodified model adds (g_3 + g_2) + g_1.
 
@@ -184,6 +186,27 @@ class TransposedMixer(nn.Module):
         return self.head(self.blocks(self.embed(x)).mean(1))
 
 
+class SharedLayerNet(nn.Module):
+    """One Linear shared by every block and used more than once in each, twice in a row or in a
+    loop (ALBERT-like, looped models): each stage adds two or more uses of it to its gradient."""
+
+    def __init__(self, d: int = 32, blocks: int = 4, loop: bool = False):
+        super().__init__()
+        self.lins = nn.ModuleList([nn.Linear(d, d) for _ in range(blocks)])
+        self.rep = nn.Linear(d, d)
+        self.loop = loop
+
+    def forward(self, x: Tensor) -> Tensor:
+        for lin in self.lins:
+            x = torch.tanh(lin(x))
+            if self.loop:
+                for _ in range(3):
+                    x = torch.tanh(self.rep(x))
+            else:
+                x = torch.tanh(self.rep(torch.tanh(self.rep(x))))
+        return x
+
+
 def _image(seed: int = 1) -> Tuple[Tensor]:
     return (torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(seed)),)
 
@@ -202,6 +225,12 @@ FAMILIES: Dict[str, Tuple[Callable[[], nn.Module], Callable[[], Tuple[Tensor, ..
     # own stage: its four gradients must be added in the unmodified model's order
     "contiguous_convnext_scale_tied_four_ways": (
         lambda: ConvNeXt(widths=(32, 16), depths=(3, 1), shared_gamma=True, ln2d=False, scale_output=True), _image),
+    # a layer used twice in every stage, or three times in a loop: each stage's uses must be added
+    # one at a time to what the later stages gave, (S + g_b) + g_a, as the engine adds them
+    "contiguous_shared_layer_twice_per_stage": (lambda: SharedLayerNet(),
+                                                lambda: (torch.randn(64, 32, generator=torch.Generator().manual_seed(1)),)),
+    "contiguous_shared_layer_in_a_loop": (lambda: SharedLayerNet(loop=True),
+                                          lambda: (torch.randn(64, 32, generator=torch.Generator().manual_seed(1)),)),
     "channels_last_resnet": (lambda: ChannelsLastResNet(), lambda: (torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(1)),)),
     "transposed_mixer": (lambda: TransposedMixer(), lambda: (torch.randn(4, 16, 6, generator=torch.Generator().manual_seed(1)),)),
 }
