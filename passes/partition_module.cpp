@@ -7,6 +7,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "passes/example_copies.h"
 #include "passes/graph_walk.h"
 #include "passes/inline_calls.h"
 #include "passes/value_bytes.h"
@@ -107,7 +108,9 @@ Partition partitionModule(const torch::jit::Module& module, const PartitionOptio
   inlineAllCalls(graph);
   bindTensorListAttributes(module, *graph);
   const ValueBytes bytes =
-      example_inputs.empty() ? ValueBytes{} : measureValueBytes(module, *graph, example_inputs);
+      example_inputs.empty()
+          ? ValueBytes{}
+          : measureValueBytes(module, *graph, examplesToRunOn(graph, example_inputs));
   return partitionGraph(graph, options, bytes);
 }
 
@@ -125,7 +128,9 @@ PartitionedClone partitionClone(const torch::jit::Module& module, const Partitio
   inlineAllCalls(graph);
   bindTensorListAttributes(clone, *graph);
   const ValueBytes bytes =
-      example_inputs.empty() ? ValueBytes{} : measureValueBytes(clone, *graph, example_inputs);
+      example_inputs.empty()
+          ? ValueBytes{}
+          : measureValueBytes(clone, *graph, examplesToRunOn(graph, example_inputs));
   Partition partition = partitionGraph(graph, options, bytes);
   bindOptionalTensors(clone, partition);
   return {std::move(clone), std::move(partition)};

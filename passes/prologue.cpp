@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "passes/buffer_guard.h"
+#include "passes/example_copies.h"
 
 namespace jitckpt {
 namespace {
@@ -71,7 +72,8 @@ ChainArguments prologueArguments(const torch::jit::Module& module, const Partiti
   for (const LiftedInput& l : partition.lifted) outputs.push_back(l.value);
   torch::jit::Code code(prologueGraph(partition, outputs), "jitckpt_prologue");
   std::vector<c10::IValue> stack{module._ivalue()};
-  stack.insert(stack.end(), example_inputs.begin(), example_inputs.end());
+  const std::vector<c10::IValue> examples = examplesToRunOn(partition.graph, example_inputs);
+  stack.insert(stack.end(), examples.begin(), examples.end());
   {
     ModuleBufferGuard buffers(module);
     torch::AutoGradMode grad_mode(true);

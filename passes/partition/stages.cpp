@@ -169,6 +169,25 @@ void markWrites(Stage& stage, const TopLevelNodes& top, const Cut& in, const Cut
   }
 }
 
+// The first stage runs on a copy of its input where it writes it in place (recomputations must
+// read the original); where that input is forward's own, the caller's tensor stays as it was.
+void warnIfForwardWritesItsInput(Partition& partition, const torch::jit::AliasDb& alias_db) {
+  if (partition.stages.empty() || !partition.stages.front().writes_activation_input) return;
+  const auto inputs = partition.graph->inputs();
+  bool callers = false;
+  for (const Value* v : partition.chain_inputs) {
+    for (size_t i = 1; i < inputs.size(); ++i) callers = callers || alias_db.mayAlias(v, inputs[i]);
+  }
+  if (!callers) return;
+  const std::string why =
+      "forward writes its input in place in the chain's first stage: that stage runs on a copy, "
+      "so that recomputations read the original, and the tensor passed to forward is left "
+      "unchanged where the unmodified model changes it (outputs and gradients are the same); "
+      "write it out of place (x = x.mul(2) for x.mul_(2)) if later code reads the input";
+  partition.warnings.push_back(why);
+  TORCH_WARN("jitckpt partition: ", why);  // every model it applies to: not once per process
+}
+
 // Label fallback for stages without parameters: the kind of its first heavy op.
 void labelByFirstHeavyOp(Stage& stage, size_t s) {
   for (const Node* n : stage.graph->nodes()) {
@@ -209,6 +228,7 @@ void buildStages(Partition& partition, const TopLevelNodes& top,
   for (size_t s = 0; s + 1 < chosen.size(); ++s) {
     partition.stages.push_back(buildStage(top, *chosen[s], *chosen[s + 1], s, lifted, alias_db));
   }
+  warnIfForwardWritesItsInput(partition, alias_db);
 }
 
 }  // namespace jitckpt::partition_steps

@@ -3,6 +3,7 @@ import io
 import os
 import subprocess
 import sys
+from typing import List
 
 import pytest
 import torch
@@ -214,3 +215,67 @@ def test_a_new_dtype_after_planning_is_planned_for(profiled):
     assert torch.equal(out_a, out_b) and all(torch.equal(grads_a[n], grads_b[n]) for n in grads_a)
 
 
+
+
+class WritesItsInput(nn.Module):
+    """forward scales its input in place, then a chain of layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(16, 16) for _ in range(4)])
+
+    def forward(self, x):
+        x.mul_(2.0)
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x
+
+
+class WritesAnInputInAList(WritesItsInput):
+    """The same, on a tensor taken out of a list input."""
+
+    def forward(self, xs: List[torch.Tensor]):
+        x = xs[0]
+        x.add_(1.0)
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x
+
+
+@pytest.mark.parametrize("model", [WritesItsInput, WritesAnInputInAList])
+def test_planning_leaves_the_example_inputs_that_forward_writes_as_they_were(model):
+    def make():
+        torch.manual_seed(0)
+        return torch.jit.script(model().train())
+
+    def wrap(x):
+        return (x,) if model is WritesItsInput else ([x],)
+
+    x = torch.randn(1024, 16)
+    example = x.clone()
+    rewritten = jitckpt.checkpoint(make(), wrap(example), memory_limit="min", profile_repeats=1)
+    assert torch.equal(example, x), "planning wrote into the caller's example input"
+    assert jitckpt.plan(rewritten)["num_stages"] >= 3
+    mine, theirs = x.clone(), x.clone()
+    with torch.jit.optimized_execution(False):
+        out_a = make()(*wrap(theirs))
+        out_b = rewritten(*wrap(mine))
+    assert torch.equal(out_a, out_b)
+
+
+def test_a_first_stage_that_writes_forwards_input_is_named_and_exact():
+    """The first stage runs on a copy of the input it writes, so the caller's tensor is left as it
+    was: a warning says so; outputs and gradients stay the unmodified model's."""
+    def make():
+        torch.manual_seed(0)
+        return torch.jit.script(WritesItsInput().train())
+
+    x = torch.randn(1024, 16)
+    with pytest.warns(UserWarning, match="forward writes its input in place in the chain's first stage"):
+        rewritten = jitckpt.checkpoint(make(), (x.clone(),), memory_limit="min", profile_repeats=1)
+    reference = make()
+    for module in (reference, rewritten):
+        with torch.jit.optimized_execution(False):
+            module(x.clone()).square().mean().backward()
+    for (name, a), (_, b) in zip(reference.named_parameters(), rewritten.named_parameters()):
+        assert torch.equal(a.grad, b.grad), name
