@@ -23,6 +23,7 @@ Families (all script on PyTorch 1.13 and 2.x, with dropout where the family has 
   lstm_stack           embedding, a stack of single-layer nn.LSTM modules, head
   gru                  the same with nn.GRU
   dict_output          a conv chain returning {"logits": ..., "features": ...}
+  list_output          a backbone returning every level's feature map in a list built by append
 """
 import math
 import warnings
@@ -558,6 +559,33 @@ def dict_output(size: str = "test", device: str = "cpu") -> Family:
                    f"{convs} convs returning a dict")
 
 
+class FeaturePyramid(nn.Module):
+    """A backbone that returns the feature map of every stage, collected by append (what a feature
+    pyramid or a detection head reads): the list is live from the first stage to the return."""
+
+    def __init__(self, width: int, levels: int, convs: int):
+        super().__init__()
+        self.stem = conv_bn_relu(3, width)
+        self.levels = nn.ModuleList([
+            nn.Sequential(conv_bn_relu(width, width, stride=2), *[conv_bn_relu(width, width) for _ in range(convs - 1)])
+            for _ in range(levels)])
+
+    def forward(self, x: Tensor) -> List[Tensor]:
+        features: List[Tensor] = []
+        x = self.stem(x)
+        for level in self.levels:
+            x = level(x)
+            features.append(x)
+        return features
+
+
+def list_output(size: str = "test", device: str = "cpu") -> Family:
+    b, image, width, levels = _pick(size, (2, 32, 8, 3), (8, 256, 32, 4))
+    x = torch.randn(b, 3, image, image, generator=_generator())
+    return _family("list_output", lambda: FeaturePyramid(width, levels, 2), (x,), levels, device,
+                   f"{levels} levels of 2 convs returning every level's features in a list")
+
+
 # --------------------------------------------------------------------------------------------
 # Recurrent
 
@@ -629,4 +657,5 @@ FAMILIES: Dict[str, Callable[..., Family]] = {
     "lstm_stack": lstm_stack,
     "gru": gru,
     "dict_output": dict_output,
+    "list_output": list_output,
 }

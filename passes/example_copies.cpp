@@ -60,7 +60,8 @@ c10::IValue copyOf(const c10::IValue& v) {
   }
   if (v.isTuple()) {
     std::vector<c10::IValue> elements;
-    for (const c10::IValue& element : v.toTupleRef().elements()) elements.push_back(copyOf(element));
+    for (const c10::IValue& element : v.toTupleRef().elements())
+      elements.push_back(copyOf(element));
     return c10::ivalue::Tuple::create(std::move(elements));
   }
   if (v.isGenericDict()) {

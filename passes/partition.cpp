@@ -21,6 +21,7 @@ Partition partitionGraph(std::shared_ptr<Graph> graph, const PartitionOptions& o
   TORCH_CHECK(graph, "partition: null graph");
   steps::hoistAttributesAndConstants(*graph);  // 1
   steps::splitMixedIfs(*graph);
+  steps::sinkTensorLists(*graph);  // 1c, before side computations are hoisted (1b)
   torch::jit::AliasDb alias_db(graph);
   const size_t num_side_nodes = steps::hoistSideComputations(*graph, alias_db);  // 1b
   const steps::TopLevelNodes top = steps::listTopLevel(*graph, num_side_nodes);

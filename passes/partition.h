@@ -34,6 +34,13 @@ struct Stage {
   std::string label;                     // short description for printing, e.g. "layer1.0"
 };
 
+// A tensor list that crosses the chain's last boundary (outputs collected by append for a
+// List[Tensor] return): carried as its elements, and built again after the chain.
+struct ListOutput {
+  torch::jit::Value* list;
+  std::vector<torch::jit::Value*> elements;  // each among chain_outputs, in list order
+};
+
 struct Partition {
   // The inlined method graph that owns the chain region; GetAttr chains and constants that the
   // chain reads are hoisted before the region.
@@ -43,6 +50,7 @@ struct Partition {
   torch::jit::Node* last_node = nullptr;
   std::vector<torch::jit::Value*> chain_inputs;   // tensors of boundary 0, in graph
   std::vector<torch::jit::Value*> chain_outputs;  // tensors of the last boundary, in graph
+  std::vector<ListOutput> chain_output_lists;     // lists of the last boundary
   std::vector<LiftedInput> lifted;
   std::vector<Stage> stages;
   // What each boundary 0..L carries: bytes measured on example inputs, or (bytes_measured false)

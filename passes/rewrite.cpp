@@ -3,6 +3,8 @@
 
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
+#include <algorithm>
+
 #include "passes/strip.h"
 
 namespace jitckpt {
@@ -44,19 +46,39 @@ Node* insertChainCall(const Partition& partition, const ChainStages& stages) {
   return graph.insertNode(graph.createListUnpack(call->output(), partition.chain_outputs.size()));
 }
 
-// Uses of the chain outputs after the region now read the op's outputs.
-void redirectChainOutputs(const Partition& partition, Node* unpack) {
+// Uses of `old` after the region now read `replacement`.
+void redirectUsesAfter(const Partition& partition, Value* old, Value* replacement) {
   const torch::jit::Block* top = partition.graph->block();
+  const auto uses = old->uses();  // copied: replaceInput edits the list
+  for (const auto& use : uses) {
+    Node* user = use.user;
+    while (user->owningBlock() != top) user = user->owningBlock()->owningNode();
+    if (user->isAfter(partition.last_node)) use.user->replaceInput(use.offset, replacement);
+  }
+}
+
+// Uses of the chain outputs after the region now read the op's outputs, and those of a list that
+// crosses the chain's end a list built again from its elements there.
+void redirectChainOutputs(const Partition& partition, Node* unpack) {
   for (size_t i = 0; i < partition.chain_outputs.size(); ++i) {
     Value* old = partition.chain_outputs[i];
     Value* replacement = unpack->output(i);
     replacement->setType(old->type());
-    const auto uses = old->uses();  // copied: replaceInput edits the list
-    for (const auto& use : uses) {
-      Node* user = use.user;
-      while (user->owningBlock() != top) user = user->owningBlock()->owningNode();
-      if (user->isAfter(partition.last_node)) use.user->replaceInput(use.offset, replacement);
+    redirectUsesAfter(partition, old, replacement);
+  }
+  auto& graph = *partition.graph;
+  torch::jit::WithInsertPoint guard(unpack->next());
+  for (const ListOutput& list : partition.chain_output_lists) {
+    std::vector<Value*> elements;
+    for (Value* e : list.elements) {
+      const auto at = std::find(partition.chain_outputs.begin(), partition.chain_outputs.end(), e);
+      TORCH_INTERNAL_ASSERT(at != partition.chain_outputs.end(),
+                            "rewriteChain: a list element is not among the chain outputs");
+      elements.push_back(unpack->output(at - partition.chain_outputs.begin()));
     }
+    const auto type = list.list->type()->expectRef<c10::ListType>().getElementType();
+    redirectUsesAfter(partition, list.list,
+                      graph.insertNode(graph.createList(type, elements))->output());
   }
 }
 

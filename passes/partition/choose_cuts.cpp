@@ -165,8 +165,10 @@ std::vector<const Cut*> chooseCuts(const CandidateCuts& candidates, const HeavyO
   // No usable cut: the whole region between the first and last tensor-only positions is one
   // stage.
   TORCH_CHECK(first != last,
-              "partition: forward has no two positions where only tensors are live, so "
-              "there is no chain to checkpoint (is forward a single operation?)");
+              "partition: forward has no two positions where only tensors (and tensor lists "
+              "grown by append) are live, so there is no chain to checkpoint: a dict, object or "
+              "other list lives from forward's start to its end, or forward is one operation; "
+              "build such a value after the layers, or checkpoint the submodule that holds them");
   const std::string why =
       "no usable cut: the chain has no position between two compute-heavy ops where only "
       "tensors are live (a list, dict or object, or a value another branch may leave unset, "

@@ -163,8 +163,9 @@ void addListElements(Cut& cut) {
 // nodes[pos] or later. The chain starts at the first position from chain_begin where only tensors
 // and values that can be lifted cross. Tensors defined by then that do not carry the main inputs'
 // data are side values, lifted like attributes (when none does, all are carried). A tensor list
-// of known contents defined in the chain is carried as its elements. Any other non-tensor defined
-// before the chain makes a cut invalid, and so does any other non-tensor defined in it.
+// of known contents defined in the chain is carried as its elements (at the chain's end too: the
+// rewrite builds it again after the chain). Any other non-tensor defined before the chain makes a
+// cut invalid, and so does any other non-tensor defined in it.
 std::vector<Cut> validCuts(const TopLevelNodes& top, const torch::jit::AliasDb& alias_db,
                            WrittenAfterDefinition& written, size_t start_from) {
   std::vector<Cut> cuts;
@@ -205,8 +206,6 @@ std::vector<Cut> validCuts(const TopLevelNodes& top, const torch::jit::AliasDb& 
     }
     cuts.push_back(std::move(cut));
   }
-  // The chain's outputs are tensors: it ends at the last cut that carries no list.
-  while (!cuts.empty() && !cuts.back().lists.empty()) cuts.pop_back();
   return cuts;
 }
 

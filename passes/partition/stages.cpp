@@ -224,6 +224,8 @@ void buildStages(Partition& partition, const TopLevelNodes& top,
   partition.last_node = top.nodes[region_end - 1];
   partition.chain_inputs = chosen.front()->live;
   partition.chain_outputs = chosen.back()->live;
+  for (const ListBoundary& list : chosen.back()->lists)
+    partition.chain_output_lists.push_back({list.list, list.elements});
   for (const Cut* c : chosen) partition.boundary_bytes.push_back(c->bytes);
   for (size_t s = 0; s + 1 < chosen.size(); ++s) {
     partition.stages.push_back(buildStage(top, *chosen[s], *chosen[s + 1], s, lifted, alias_db));

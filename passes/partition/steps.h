@@ -1,8 +1,9 @@
 // The steps of the partition pass, which partitionGraph (passes/partition.cpp) runs in order:
 //   1. hoistAttributesAndConstants (hoist.cpp): takes the inlined graph; moves GetAttr chains and
 //      constants to its front. 1b. hoistSideComputations (side.cpp) moves after them what does
-//      not read the main inputs' data (masks, position ids). listTopLevel (cuts.cpp) then numbers
-//      the nodes after the constants.
+//      not read the main inputs' data (masks, position ids); 1c. sinkTensorLists (sink_lists.cpp)
+//      moves tensor lists to their first use. listTopLevel (cuts.cpp) then numbers the nodes after
+//      the constants.
 //   2. findCandidateCuts (cuts.cpp): takes the top-level nodes; returns every valid cut with the
 //      boundary tensors it carries and their bytes, each marked when a later node writes its
 //      boundary in place.
@@ -71,6 +72,14 @@ void splitMixedIfs(Graph& graph);
 // mask) to just after the hoisted prefix; never random ops, writes, or reads of values written in
 // place. Returns how many moved (listTopLevel's first positions).
 size_t hoistSideComputations(Graph& graph, const torch::jit::AliasDb& alias_db);
+
+// ---- 1c. Tensor lists (sink_lists.cpp) ----
+
+// Moves each top-level ListConstruct of tensors to just before the top-level node that first uses
+// the list: a list made where forward starts and filled by appends as the layers run (outputs
+// collected for a List[Tensor] return) would otherwise be live from the start, where no cut may
+// carry it, and leave no place for the chain to begin. Returns how many moved.
+size_t sinkTensorLists(Graph& graph);
 
 // ---- Top-level positions (cuts.cpp) ----
 

@@ -219,6 +219,22 @@ class DenseList(nn.Module):
         return self.head(torch.cat(features, 1))
 
 
+class CollectedOutputs(nn.Module):
+    """Returns every layer's output in a list made empty where forward starts and grown by append:
+    the list crosses every cut and the chain's end."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+
+    def forward(self, x) -> List[torch.Tensor]:
+        outputs: List[torch.Tensor] = []
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+            outputs.append(x)
+        return outputs
+
+
 class Recurrent(nn.Module):
     """Two LSTMs: their weights reach aten::lstm through the Tensor[] attribute _flat_weights."""
 
@@ -233,7 +249,8 @@ class Recurrent(nn.Module):
 MODELS = {
     m.__name__: m
     for m in [PlainChain, Residual, InplaceResidual, BasicBlocks, WithBatchNorm, TwoTensorBoundary, WithLoop, NoCut,
-              Nested, PrologueEpilogue, MaskedBlocks, TwoSequences, SkipNet, DenseList, Recurrent]
+              Nested, PrologueEpilogue, MaskedBlocks, TwoSequences, SkipNet, DenseList, CollectedOutputs,
+              Recurrent]
 }
 
 if __name__ == "__main__":
