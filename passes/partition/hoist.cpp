@@ -26,6 +26,26 @@ void checkInlined(Graph& graph) {
   }
 }
 
+// A `with` block (torch.no_grad() in forward) is an object's prim::Enter ... prim::Exit: the
+// object is assigned attributes, and a cut inside the block would run its two halves apart.
+void checkNoWithBlocks(Graph& graph) {
+  for (Node* n : graph.block()->nodes()) {
+    forEachNestedNode(n, [&](Node* cur) {
+      if (cur->kind() != prim::Enter) return;
+      const Node* object = cur->input(0)->node();
+      std::string where;
+      if (const auto location = object->sourceRange().file_line_col()) {
+        where = " at " + std::get<0>(*location) + ":" + std::to_string(std::get<1>(*location));
+      }
+      TORCH_CHECK(false, "partition: forward runs a `with` block (",
+                  cur->input(0)->type()->annotation_str(), ")", where,
+                  "; jitckpt cannot cut forward around one. For torch.no_grad(), compute the "
+                  "value as it is and .detach() it (the same values and gradients), or compute it "
+                  "before calling the module");
+    });
+  }
+}
+
 // GetAttr chains from `self` (in any block) and top-level constants, in dependency order.
 std::vector<Node*> movableNodes(Graph& graph) {
   std::vector<Node*> movable;
@@ -53,6 +73,7 @@ std::vector<Node*> movableNodes(Graph& graph) {
 
 void hoistAttributesAndConstants(Graph& graph) {
   checkInlined(graph);
+  checkNoWithBlocks(graph);
   Node* insert_after = graph.param_node();
   for (Node* n : movableNodes(graph)) {
     // GetAttr inputs are `self` or earlier GetAttrs, already moved: order is preserved.

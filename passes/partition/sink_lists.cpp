@@ -8,8 +8,9 @@ size_t sinkTensorLists(Graph& graph) {
   size_t moved = 0;
   std::vector<Node*> constructs;
   for (Node* n : graph.nodes()) {
-    const auto type = n->kind() == c10::prim::ListConstruct ? n->output()->type()->cast<c10::ListType>()
-                                                            : nullptr;
+    const auto type = n->kind() == c10::prim::ListConstruct
+                          ? n->output()->type()->cast<c10::ListType>()
+                          : nullptr;
     if (type && type->getElementType()->kind() == c10::TypeKind::TensorType)
       constructs.push_back(n);
   }

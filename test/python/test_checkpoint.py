@@ -279,3 +279,28 @@ def test_a_first_stage_that_writes_forwards_input_is_named_and_exact():
             module(x.clone()).square().mean().backward()
     for (name, a), (_, b) in zip(reference.named_parameters(), rewritten.named_parameters()):
         assert torch.equal(a.grad, b.grad), name
+
+
+class NoGradBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first, self.frozen = nn.Linear(16, 16), nn.Linear(16, 16)
+        self.layers = nn.ModuleList([nn.Linear(16, 16) for _ in range(3)])
+
+    def forward(self, x):
+        x = torch.tanh(self.first(x))
+        with torch.no_grad():
+            x = torch.tanh(self.frozen(x))
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x
+
+
+@pytest.mark.parametrize("with_inputs", [True, False])
+def test_a_with_block_in_forward_is_a_clear_error_on_both_paths(with_inputs):
+    model = torch.jit.script(NoGradBlock().train())
+    args = ((torch.randn(8, 16),),) if with_inputs else ()
+    with pytest.raises(RuntimeError, match=r"forward runs a `with` block \(.*no_grad\) at .*test_checkpoint.py:\d+"
+                                           r"(.|\n)*\.detach\(\)"):
+        jitckpt.checkpoint(model, *args, memory_limit=0.5)
+    model(torch.randn(8, 16)).sum().backward()  # the module is as it was
