@@ -62,6 +62,9 @@ c10::IValue copyOf(const c10::IValue& v) {
     std::vector<c10::IValue> elements;
     for (const c10::IValue& element : v.toTupleRef().elements())
       elements.push_back(copyOf(element));
+    const auto type = v.toTupleRef().type();
+    if (type->name())  // a NamedTuple keeps its type
+      return c10::ivalue::Tuple::createNamed(std::move(elements), type);
     return c10::ivalue::Tuple::create(std::move(elements));
   }
   if (v.isGenericDict()) {

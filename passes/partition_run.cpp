@@ -41,6 +41,7 @@ std::vector<Value*> carriedValues(const Partition& partition) {
   for (const auto& lifted : partition.lifted) carried.push_back(lifted.value);
   std::unordered_set<const Value*> chain_outputs(partition.chain_outputs.begin(),
                                                  partition.chain_outputs.end());
+  for (const ListOutput& list : partition.chain_output_lists) chain_outputs.insert(list.list);
   auto definedBefore = [&](const Value* v) {
     return v->node() == graph.param_node() || before.count(v->node());
   };
@@ -82,6 +83,13 @@ std::vector<c10::IValue> runEpilogue(const Partition& partition, const std::vect
     if (map.count(v)) continue;  // a chain output that is also a chain input (empty region)
     map[v] = epilogue->addInput()->setType(v->type());
     inputs.push_back(chain_outputs[j]);
+  }
+  for (const ListOutput& list :
+       partition.chain_output_lists) {  // built again, as rewriteChain does
+    std::vector<Value*> elements;
+    for (Value* e : list.elements) elements.push_back(map.at(e));
+    const auto type = list.list->type()->expectRef<c10::ListType>().getElementType();
+    map[list.list] = epilogue->appendNode(epilogue->createList(type, elements))->output();
   }
   auto env = [&](Value* v) { return map.at(v); };
   for (Node* n = partition.last_node->next(); n != graph.return_node(); n = n->next()) {

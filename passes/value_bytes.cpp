@@ -43,7 +43,8 @@ std::shared_ptr<Graph> instrumentedCopy(const Graph& graph, std::vector<const Va
         copy->createClone(const_cast<torch::jit::Node*>(n), [&](Value* v) { return env.at(v); }));
     for (size_t o = 0; o < n->outputs().size(); ++o) {
       env[n->output(o)] = clone->output(o);
-      // prim::Exit's output is typed Tensor but is whatever __exit__ returned (None)
+      // prim::Exit's output is typed Tensor but is whatever __exit__ returned (None): skipped, so
+      // that the partition's clear error on `with` blocks is the one the user sees
       if (isTensor(n->output(o)) && !mayBeUninitialized(n, o) && n->kind() != c10::prim::Exit)
         measure(n->output(o), clone->output(o));
     }

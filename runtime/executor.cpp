@@ -179,8 +179,8 @@ Tensors ScheduleExecutor::runBackwardWholeGraph(const Tensors& output_grads) {
   if (roots.empty() || wrt.empty()) return result;
   Tensors computed = torch::autograd::grad(roots, wrt, root_grads, /*retain_graph=*/false,
                                            /*create_graph=*/false, /*allow_unused=*/true);
-  // Last stage first, as the schedule's B and autograd add a tensor's gradients from several
-  // stages.
+  // Each tensor has one leaf (wholeGraphForward), so autograd has added its uses across the
+  // stages; tensors lifted under several names (tied weights) too. Last first, as before.
   for (size_t j = computed.size(); j-- > 0;) {
     if (!computed[j].defined()) continue;
     at::Tensor& sum = result[where[j]];

@@ -228,16 +228,18 @@ Tensors StageRunner::run(int l, const Tensors& activations, Mode mode,
     // through it to the leaf.
     stack.emplace_back(stage.writes_activation_input ? t.clone() : t);
   }
-  std::vector<std::pair<at::Tensor, at::Tensor>> stand_ins;  // (live, leaf): one per tensor
   for (size_t k : stage.lifted) {
     if (side_leaves && entersAsLeaf(k)) {
+      // One leaf per tensor among those `side_leaves` holds: a tensor lifted twice (tied weights)
+      // gets one, and so does one that several stages read in a whole-graph run, where autograd
+      // then adds all its uses in one buffer, in the unmodified model's order.
       const at::Tensor& live = arguments_.lifted_tensors[stages_->position(k)];
-      auto same = std::find_if(stand_ins.begin(), stand_ins.end(),
-                               [&](const auto& entry) { return entry.first.is_same(live); });
-      if (same == stand_ins.end()) {  // a tensor lifted twice (tied weights) gets one leaf
-        at::Tensor leaf = live.detach().requires_grad_();
-        side_leaves->emplace_back(stages_->position(k), leaf);
-        same = stand_ins.emplace(stand_ins.end(), live, std::move(leaf));
+      auto same = std::find_if(side_leaves->begin(), side_leaves->end(), [&](const auto& entry) {
+        return arguments_.lifted_tensors[entry.first].is_same(live);
+      });
+      if (same == side_leaves->end()) {
+        side_leaves->emplace_back(stages_->position(k), live.detach().requires_grad_());
+        same = std::prev(side_leaves->end());
       }
       stack.emplace_back(same->second);
     } else {

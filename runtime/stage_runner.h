@@ -122,8 +122,9 @@ class StageRunner {
   StageGradients backward(int l, RecordedStage recorded, Tensors output_grads,
                           Tensors* lifted_sums = nullptr);
   // The stage recording its autograd graph on `activations` themselves (not on detached
-  // copies), side values entering as leaves as in Fall (appended to `side_leaves`): for a
-  // backward that differentiates the whole chain at once (retain_graph).
+  // copies), side values entering as leaves as in Fall (appended to `side_leaves`, one per
+  // tensor over every stage run with the same list): for a backward that differentiates the whole
+  // chain at once (retain_graph).
   Tensors wholeGraphForward(int l, const Tensors& activations,
                             std::vector<std::pair<size_t, at::Tensor>>* side_leaves);
 

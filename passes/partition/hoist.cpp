@@ -32,16 +32,16 @@ void checkNoWithBlocks(Graph& graph) {
   for (Node* n : graph.block()->nodes()) {
     forEachNestedNode(n, [&](Node* cur) {
       if (cur->kind() != prim::Enter) return;
-      const Node* object = cur->input(0)->node();
+      // The `with` line where the inlined graph kept it, else the line that made the object.
+      auto location = cur->sourceRange().file_line_col();
+      if (!location) location = cur->input(0)->node()->sourceRange().file_line_col();
       std::string where;
-      if (const auto location = object->sourceRange().file_line_col()) {
+      if (location)
         where = " at " + std::get<0>(*location) + ":" + std::to_string(std::get<1>(*location));
-      }
       TORCH_CHECK(false, "partition: forward runs a `with` block (",
                   cur->input(0)->type()->annotation_str(), ")", where,
                   "; jitckpt cannot cut forward around one. For torch.no_grad(), compute the "
-                  "value as it is and .detach() it (the same values and gradients), or compute it "
-                  "before calling the module");
+                  "value as it is and .detach() it, or compute it before calling the module");
     });
   }
 }

@@ -169,16 +169,30 @@ void markWrites(Stage& stage, const TopLevelNodes& top, const Cut& in, const Cut
   }
 }
 
-// The first stage runs on a copy of its input where it writes it in place (recomputations must
-// read the original); where that input is forward's own, the caller's tensor stays as it was.
-void warnIfForwardWritesItsInput(Partition& partition, const torch::jit::AliasDb& alias_db) {
-  if (partition.stages.empty() || !partition.stages.front().writes_activation_input) return;
-  const auto inputs = partition.graph->inputs();
-  bool callers = false;
-  for (const Value* v : partition.chain_inputs) {
-    for (size_t i = 1; i < inputs.size(); ++i) callers = callers || alias_db.mayAlias(v, inputs[i]);
+// Whether `v` may be forward's input, a view of it, or a tensor inside one (a list input).
+bool mayBeForwardsInput(Value* v, Graph& graph, const torch::jit::AliasDb& alias_db) {
+  for (size_t i = 1; i < graph.inputs().size(); ++i) {
+    Value* input = graph.inputs()[i];
+    const auto kind = input->type()->kind();
+    const bool container = kind == c10::TypeKind::ListType || kind == c10::TypeKind::TupleType ||
+                           kind == c10::TypeKind::DictType;
+    if (alias_db.mayAlias(v, input) || (container && alias_db.mayContainAlias(v, input)))
+      return true;
   }
-  if (!callers) return;
+  return false;
+}
+
+// The first stage runs on a copy of the input it writes in place (recomputations must read the
+// original); where that input is forward's own, the caller's tensor stays as it was.
+void warnIfForwardWritesItsInput(Partition& partition, const TopLevelNodes& top, const Cut& in,
+                                 const Cut& out, const torch::jit::AliasDb& alias_db) {
+  bool written = false;
+  for (Value* v : in.live) {
+    if (!mayBeForwardsInput(v, *partition.graph, alias_db)) continue;
+    for (size_t i = in.position; i < out.position && !written; ++i)
+      written = writesToActivation(top.nodes[i], torch::jit::ValueSet{v}, alias_db);
+  }
+  if (!written) return;
   const std::string why =
       "forward writes its input in place in the chain's first stage: that stage runs on a copy, "
       "so that recomputations read the original, and the tensor passed to forward is left "
@@ -230,7 +244,7 @@ void buildStages(Partition& partition, const TopLevelNodes& top,
   for (size_t s = 0; s + 1 < chosen.size(); ++s) {
     partition.stages.push_back(buildStage(top, *chosen[s], *chosen[s + 1], s, lifted, alias_db));
   }
-  warnIfForwardWritesItsInput(partition, alias_db);
+  warnIfForwardWritesItsInput(partition, top, *chosen[0], *chosen[1], alias_db);
 }
 
 }  // namespace jitckpt::partition_steps

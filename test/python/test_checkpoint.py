@@ -263,20 +263,28 @@ def test_planning_leaves_the_example_inputs_that_forward_writes_as_they_were(mod
     assert torch.equal(out_a, out_b)
 
 
-def test_a_first_stage_that_writes_forwards_input_is_named_and_exact():
+@pytest.mark.parametrize("model", [WritesItsInput, WritesAnInputInAList])
+def test_a_first_stage_that_writes_forwards_input_is_named_and_exact(model):
     """The first stage runs on a copy of the input it writes, so the caller's tensor is left as it
     was: a warning says so; outputs and gradients stay the unmodified model's."""
     def make():
         torch.manual_seed(0)
-        return torch.jit.script(WritesItsInput().train())
+        return torch.jit.script(model().train())
+
+    def wrap(x):
+        return (x,) if model is WritesItsInput else ([x],)
 
     x = torch.randn(1024, 16)
     with pytest.warns(UserWarning, match="forward writes its input in place in the chain's first stage"):
-        rewritten = jitckpt.checkpoint(make(), (x.clone(),), memory_limit="min", profile_repeats=1)
+        rewritten = jitckpt.checkpoint(make(), wrap(x.clone()), memory_limit="min", profile_repeats=1)
     reference = make()
-    for module in (reference, rewritten):
-        with torch.jit.optimized_execution(False):
-            module(x.clone()).square().mean().backward()
+    theirs, mine = x.clone(), x.clone()
+    with torch.jit.optimized_execution(False):
+        out_a, out_b = reference(*wrap(theirs)), rewritten(*wrap(mine))
+        out_a.square().mean().backward()
+        out_b.square().mean().backward()
+    assert torch.equal(out_a, out_b)
+    assert not torch.equal(theirs, x) and torch.equal(mine, x), "the warning says the caller's tensor stays"
     for (name, a), (_, b) in zip(reference.named_parameters(), rewritten.named_parameters()):
         assert torch.equal(a.grad, b.grad), name
 
@@ -303,4 +311,4 @@ def test_a_with_block_in_forward_is_a_clear_error_on_both_paths(with_inputs):
     with pytest.raises(RuntimeError, match=r"forward runs a `with` block \(.*no_grad\) at .*test_checkpoint.py:\d+"
                                            r"(.|\n)*\.detach\(\)"):
         jitckpt.checkpoint(model, *args, memory_limit=0.5)
-    model(torch.randn(8, 16)).sum().backward()  # the module is as it was
+    assert not hasattr(model, "_jitckpt_plan")  # nothing was changed on the module

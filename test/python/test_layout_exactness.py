@@ -342,3 +342,17 @@ def test_the_families_have_strided_boundaries():
             h.remove()
         seen[name] = any(found)
     assert all(seen.values()), f"families without a strided block output: {[n for n, s in seen.items() if not s]}"
+
+
+def test_retain_graph_backward_is_bit_identical(family, profiled, limit):
+    """backward(retain_graph=True) differentiates the whole chain at once (one leaf per lifted
+    tensor over every stage), not the schedule's B: the same bits there too."""
+    inputs = FAMILIES[family][1]()
+
+    def grads(model):
+        model.zero_grad(set_to_none=True)
+        loss_of(model, inputs, 0).backward(retain_graph=True)
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    bad = mismatches(grads(make(family)), grads(rewritten(family, limit, profiled)))
+    assert not bad, f"{family}, limit {limit}: " + "; ".join(bad)

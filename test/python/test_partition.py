@@ -1,6 +1,7 @@
 """Partition of scripted torchvision models: stage counts derived from the architectures, and the
 piecewise run (prologue, each stage graph alone, epilogue) equal to the module, bit for bit."""
 import copy
+from typing import List
 
 import pytest
 import torch
@@ -164,3 +165,28 @@ def test_transformer_encoder_layers_are_stages():
     expected = model(x, mask)
     rewritten = jitckpt.checkpoint(model, (x, mask), memory_limit=None)
     torch.testing.assert_close(rewritten(x, mask), expected, rtol=0, atol=0)
+
+
+class CollectedFeatures(torch.nn.Module):
+    """Returns every layer's output in a list grown by append: the list crosses the chain's end."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Conv2d(4 if i else 3, 4, 3, padding=1) for i in range(4)])
+
+    def forward(self, x) -> List[torch.Tensor]:
+        features: List[torch.Tensor] = []
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+            features.append(x)
+        return features
+
+
+def test_a_returned_list_crosses_the_chain_end_and_runs_exactly():
+    module = torch.jit.script(CollectedFeatures().eval())
+    x = torch.randn(2, 3, 8, 8)
+    info = jitckpt._C.partition(module)
+    assert info["num_stages"] == 4 and info["num_chain_outputs"] == 4
+    got, boundaries = jitckpt._C.run_partitioned(module, (x,))
+    assert_same(got, module(x))
+    assert [len(b) for b in boundaries] == [1, 1, 2, 3, 4]
