@@ -242,8 +242,8 @@ class WritesAnInputInAList(WritesItsInput):
         return x
 
 
-@pytest.mark.parametrize("model", [WritesItsInput, WritesAnInputInAList])
-def test_planning_leaves_the_example_inputs_that_forward_writes_as_they_were(model):
+def writer_and_inputs(model):
+    """make() scripts `model` with the same weights each time; wrap(x) is its arguments for x."""
     def make():
         torch.manual_seed(0)
         return torch.jit.script(model().train())
@@ -251,6 +251,12 @@ def test_planning_leaves_the_example_inputs_that_forward_writes_as_they_were(mod
     def wrap(x):
         return (x,) if model is WritesItsInput else ([x],)
 
+    return make, wrap
+
+
+@pytest.mark.parametrize("model", [WritesItsInput, WritesAnInputInAList])
+def test_planning_leaves_the_example_inputs_that_forward_writes_as_they_were(model):
+    make, wrap = writer_and_inputs(model)
     x = torch.randn(1024, 16)
     example = x.clone()
     rewritten = jitckpt.checkpoint(make(), wrap(example), memory_limit="min", profile_repeats=1)
@@ -267,13 +273,7 @@ def test_planning_leaves_the_example_inputs_that_forward_writes_as_they_were(mod
 def test_a_first_stage_that_writes_forwards_input_is_named_and_exact(model):
     """The first stage runs on a copy of the input it writes, so the caller's tensor is left as it
     was: a warning says so; outputs and gradients stay the unmodified model's."""
-    def make():
-        torch.manual_seed(0)
-        return torch.jit.script(model().train())
-
-    def wrap(x):
-        return (x,) if model is WritesItsInput else ([x],)
-
+    make, wrap = writer_and_inputs(model)
     x = torch.randn(1024, 16)
     with pytest.warns(UserWarning, match="forward writes its input in place in the chain's first stage"):
         rewritten = jitckpt.checkpoint(make(), wrap(x.clone()), memory_limit="min", profile_repeats=1)
