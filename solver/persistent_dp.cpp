@@ -2,7 +2,7 @@
 // builds C[s,t,m] once (m in slots of ceil(M/S) bytes) and answers any limit <= M by
 // backtracking, recomputing the argmins instead of storing them.
 //
-// Speed (ResNet-1001, L = 339, S = 500: 0.17-0.18 s on one core, bench/solver_bench.cpp): the
+// Speed (ResNet-1001, L = 339, S = 500: 0.16-0.17 s on one core, bench/solver_bench.cpp): the
 // memory axis of a row is contiguous and every relaxation is a shifted add/min over m in blocks of
 // 16 floats; rows are stored compressed (see Row in the header), and row-major as well as
 // column-major so that both operands of a split are read in order; cells are filled in blocks of
@@ -53,11 +53,12 @@ inline float checkpointValue(float forward_time, float right, float left) {
 // never goes below bound = (c + min R) + min Lf, the value of both rows' constant tails; `out` is
 // non-increasing as well, so the relaxation stops at the first block that starts where out[m] <=
 // bound: nothing from there on can change. A stored row carries kRowPadding copies of its tail
-// value after its stored middle, so a read index clamped to the middle's end reads the tail: a
-// block reads true values wherever it starts, and `out` has kBlock cells past S for blocks that
-// run past it (relaxed like the others, never stored). Whole blocks, with no scalar remainder and
-// no separate loops for the rows' tails, keep each split to one loop with one exit: the time goes
-// into waiting on the rows' memory and on that exit, not into arithmetic.
+// value after its stored middle, so a read pointer clamped to the middle's end reads the tail: a
+// block reads true values wherever it starts. `out` has kBlock cells past S that hold -kInf, so
+// the same exit test ends a run that passes S (a block that reaches them leaves them -kInf; they
+// are never stored). Whole blocks, with no scalar remainder and no separate loops for the rows'
+// tails, keep each split to one loop with one exit: the time goes into waiting on the rows'
+// memory and on that exit, not into arithmetic.
 }  // namespace
 
 struct detail::Split {
@@ -69,9 +70,21 @@ struct detail::Split {
   float bound;  // the candidate's least value
 };
 
+// What split s' of cell (s,t) takes from s alone: filled once per s and block of columns and read
+// by each of the block's cells (s,t), which add only what depends on t.
+struct detail::SplitBase {
+  const float* left;  // stored middle of row (s, s'-1)
+  int left_first, left_width;
+  float left_min;
+  int shift;  // kept(s-1, s'-1): the checkpoint a^{s'-1} in slots
+  int sweep;  // peak of Fck(s), F∅(s+1..s'-1) without delta^t, in slots
+  float c;    // forward time of Fck(s), F∅(s+1..s'-1)
+};
+
 namespace {
 
 using detail::Split;
+using detail::SplitBase;
 constexpr int kBlock = 16;
 constexpr int kRowPadding = kBlock;
 // AVX2 where the processor has it (an AVX-512 clone measured no faster on this loop).
@@ -100,19 +113,23 @@ JITCKPT_INLINE void store16(float* p, const Vec16& v) {
 JITCKPT_INLINE Vec8 min8(Vec8 a, Vec8 b) { return a < b ? a : b; }
 
 // Every split of a cell, in the order given.
-JITCKPT_CLONES void relaxSplits(float* __restrict out, const Split* __restrict splits, int count,
-                                int S) {
+JITCKPT_CLONES void relaxSplits(float* __restrict out, const Split* __restrict splits, int count) {
   for (int i = 0; i < count; ++i) {
     const Split k = splits[i];  // a copy: stores to `out` cannot change it
     const Vec8 c = Vec8{} + k.c;
     const float bound = k.bound;
-    for (int m = k.lo; m <= S; m += kBlock) {
-      if (out[m] <= bound) break;
-      const Vec16 r = load16(k.right + std::min(m - k.right_offset, k.right_width));
-      const Vec16 l = load16(k.left + std::min(m - k.left_offset, k.left_width));
-      const Vec16 o = load16(out + m);
+    const float* r_end = k.right + k.right_width;
+    const float* l_end = k.left + k.left_width;
+    const float* r = std::min(k.right + (k.lo - k.right_offset), r_end);
+    const float* l = std::min(k.left + (k.lo - k.left_offset), l_end);
+    for (float* o = out + k.lo; *o > bound; o += kBlock) {
+      const Vec16 rv = load16(r);
+      const Vec16 lv = load16(l);
+      const Vec16 ov = load16(o);
       // checkpointValue's order of sums, so that backtracking finds the same floats
-      store16(out + m, {min8((c + r.low) + l.low, o.low), min8((c + r.high) + l.high, o.high)});
+      store16(o, {min8((c + rv.low) + lv.low, ov.low), min8((c + rv.high) + lv.high, ov.high)});
+      r = std::min(r + kBlock, r_end);
+      l = std::min(l + kBlock, l_end);
     }
   }
 }
@@ -224,6 +241,7 @@ void PersistentSolver::build() {
   chunk_used_ = chunk_size_;
   std::vector<float> out(static_cast<size_t>(S_) + 1 + kBlock);  // blocks may run past S
   std::vector<Split> splits;
+  std::vector<SplitBase> bases;
   // Cell (s,t) reads (s',t) for s' > s and (s,t') for t' < t. Within a block of columns, s runs
   // downwards and t upwards, so both are ready; zero-size shifts read the same m, which is fine
   // because those rows belong to shorter intervals. The rows (s,t') of row s are read once per
@@ -231,15 +249,34 @@ void PersistentSolver::build() {
   for (int t0 = 1; t0 <= L_; t0 += kColumnBlock) {
     const int t1 = std::min(L_, t0 + kColumnBlock - 1);
     for (int s = t1; s >= 1; --s) {
-      for (int t = std::max(s, t0); t <= t1; ++t) computeRow(s, t, out, splits);
+      bases.resize(static_cast<size_t>(std::max(0, t1 - s)));
+      // Rows (s, s'-1) that lie in this block are built here, each just before its split is read.
+      auto fill = [&](int split) {
+        const Row& left = rows_by_start_[rowByStartIndex(s, split - 1)];
+        SplitBase& b = bases[static_cast<size_t>(split - s - 1)];
+        b.left = left.data;
+        b.left_first = left.first;
+        b.left_width = left.end - left.first;
+        b.left_min = left.min;
+        b.shift = static_cast<int>(sizes_.kept(s - 1, split - 1));
+        b.sweep = sweep_[static_cast<size_t>(s) * (L_ + 1) + split - 1];
+        b.c = static_cast<float>(prefix_uf_[split - 1] - prefix_uf_[s - 1]);
+      };
+      for (int split = s + 1; split <= std::max(s, t0); ++split) fill(split);
+      for (int t = std::max(s, t0); t <= t1; ++t) {
+        computeRow(s, t, out, splits, bases);
+        if (t < t1) fill(t + 1);
+      }
     }
   }
 }
 
 void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer,
-                                  std::vector<Split>& splits) {
+                                  std::vector<Split>& splits,
+                                  const std::vector<detail::SplitBase>& bases) {
   float* out = buffer.data();
-  std::fill(buffer.begin(), buffer.end(), kInf);
+  std::fill(buffer.begin(), buffer.begin() + S_ + 1, kInf);
+  std::fill(buffer.begin() + S_ + 1, buffer.end(), -kInf);  // ends every split's run (relaxSplits)
   const int emem = ememSlots(s, t);
   const float stage_time = static_cast<float>(chain_.uf[s] + chain_.ub[s]);
   if (s == t) {  // C[s,s,m] = uf[s] + ub[s] from m_all(s,s) on
@@ -259,27 +296,28 @@ void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer,
     // a stall on every split.)
     splits.resize(static_cast<size_t>(t - s));
     int count = 0;
+    const int64_t wd_t = sizes_.wd[t];
+    const Row* right_rows = &rows_[rowIndex(s + 1, t)];
+    const int* gradients = &gradient_slots_[static_cast<size_t>(t) * (L_ + 2)];
     for (int split = s + 1; split <= t; ++split) {
-      const int sweep = sweepSlots(s, split - 1, t);
-      const Row& right = rows_[rowIndex(split, t)];
-      const Row& left = rows_by_start_[rowByStartIndex(s, split - 1)];
-      const int shift = static_cast<int>(sizes_.kept(s - 1, split - 1));
-      const int left_shift = gradientSlots(split, t);
-      const int lo = std::max({sweep, shift + right.first, left_shift + left.first});
+      const SplitBase& b = bases[static_cast<size_t>(split - s - 1)];
+      const int sweep = static_cast<int>(std::min<int64_t>(wd_t + b.sweep, S_ + 1));
+      const Row& right = right_rows[split - s - 1];
+      const int left_shift = gradients[split];
+      const int lo = std::max({sweep, b.shift + right.first, left_shift + b.left_first});
       if (lo > S_) continue;
-      const float forward_time = static_cast<float>(prefix_uf_[split - 1] - prefix_uf_[s - 1]);
       Split& k = splits[static_cast<size_t>(count++)];
       k.right = right.data;
-      k.left = left.data;
-      k.right_offset = shift + right.first;
+      k.left = b.left;
+      k.right_offset = b.shift + right.first;
       k.right_width = right.end - right.first;
-      k.left_offset = left_shift + left.first;
-      k.left_width = left.end - left.first;
+      k.left_offset = left_shift + b.left_first;
+      k.left_width = b.left_width;
       k.lo = lo;
-      k.c = forward_time;
-      k.bound = checkpointValue(forward_time, right.min, left.min);
+      k.c = b.c;
+      k.bound = checkpointValue(b.c, right.min, b.left_min);
     }
-    relaxSplits(out, splits.data(), count, S_);
+    relaxSplits(out, splits.data(), count);
   }
   storeRow(s, t, out);
 }

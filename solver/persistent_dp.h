@@ -33,8 +33,9 @@
 namespace jitckpt::solver {
 
 namespace detail {
-struct Split;  // one split of a cell, as the DP's inner loop reads it (persistent_dp.cpp)
-}
+struct Split;      // one split of a cell, as the DP's inner loop reads it (persistent_dp.cpp)
+struct SplitBase;  // what a split takes from s alone, shared by a block of columns
+}  // namespace detail
 
 struct SolveResult {
   bool feasible = false;
@@ -102,7 +103,8 @@ class PersistentSolver {
     return gradient_slots_[static_cast<size_t>(last) * (L_ + 2) + first];
   }
   void build();
-  void computeRow(int s, int t, std::vector<float>& out, std::vector<detail::Split>& splits);
+  void computeRow(int s, int t, std::vector<float>& out, std::vector<detail::Split>& splits,
+                  const std::vector<detail::SplitBase>& bases);
   void storeRow(int s, int t, const float* out);
   void backtrack(int s, int t, int m, Schedule& out) const;
 
