@@ -21,16 +21,24 @@ bool containsNode(const torch::jit::Block* block,
   return false;
 }
 
+const std::unordered_set<std::string>& recurrentKinds() {
+  static const std::unordered_set<std::string> kinds = {"aten::lstm", "aten::gru",
+                                                        "aten::rnn_tanh", "aten::rnn_relu"};
+  return kinds;
+}
+
 // Ops whose CPU or CUDA kernel depends on grad mode and on which inputs require grad (PyTorch
 // 2.x picks oneDNN's inference or training RNN kernels, or the native one, by them).
 bool choosesKernelByAutograd(const torch::jit::Node* n) {
-  static const std::unordered_set<std::string> kinds = {"aten::lstm", "aten::gru", "aten::rnn_tanh",
-                                                        "aten::rnn_relu",
-                                                        "aten::scaled_dot_product_attention"};
-  return kinds.count(n->kind().toQualString()) > 0;
+  const std::string kind = n->kind().toQualString();
+  return recurrentKinds().count(kind) > 0 || kind == "aten::scaled_dot_product_attention";
 }
 
 }  // namespace
+
+bool drawsRandomNumbers(const torch::jit::Node* n) {
+  return n->isNondeterministic() || recurrentKinds().count(n->kind().toQualString()) > 0;
+}
 
 std::string toString(LiftedKind kind) {
   switch (kind) {
@@ -65,8 +73,7 @@ ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<Lifte
       TORCH_CHECK(k < lifted_.size(), "jitckpt: stage ", s + 1, " reads lifted value ", k, " of ",
                   lifted_.size());
     }
-    random_.push_back(containsNode(
-        stage.graph->block(), [](const torch::jit::Node* n) { return n->isNondeterministic(); }));
+    random_.push_back(containsNode(stage.graph->block(), drawsRandomNumbers));
     autograd_kernels_.push_back(containsNode(stage.graph->block(), choosesKernelByAutograd));
     stages_.push_back(std::move(stage));
   }

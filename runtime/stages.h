@@ -21,6 +21,12 @@ namespace jitckpt {
 // grad, its gradient is the sum over the stages that read it. Lifted values are never counted as
 // activation memory.
 enum class LiftedKind { Parameter, Buffer, Scalar, Side };
+
+// Whether `n` draws from a random generator: the ops TorchScript marks nondeterministic (dropout,
+// rand, bernoulli, ...) and the recurrent layers, whose kernels draw a dropout mask between layers
+// when trained with dropout > 0 (TorchScript does not mark them). A stage with one replays its
+// generator state when it is recomputed, and such a node is never moved or run twice.
+bool drawsRandomNumbers(const torch::jit::Node* n);
 std::string toString(LiftedKind kind);
 
 struct LiftedSpec {

@@ -9,6 +9,7 @@
 
 #include "passes/graph_walk.h"
 #include "passes/partition/steps.h"
+#include "runtime/stages.h"
 
 namespace jitckpt::partition_steps {
 namespace {
@@ -113,7 +114,7 @@ bool isPure(Node* n) {
   bool ok = true;
   forEachNestedNode(n, [&](Node* m) {
     if (!ok) return;
-    if (m->isNondeterministic() || (m->hasSideEffects() && !kHarmlessEffects.count(m->kind()))) {
+    if (drawsRandomNumbers(m) || (m->hasSideEffects() && !kHarmlessEffects.count(m->kind()))) {
       ok = false;
       return;
     }
