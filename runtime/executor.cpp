@@ -126,7 +126,7 @@ Tensors ScheduleExecutor::runForward() {
                         ")");
   // Autograd gets aliases, not the tensors that carry the recorded graph of the last stage.
   Tensors outputs = detachAll(stageInput(L_ + 1));
-  for (const auto& t : outputs) output_meta_.emplace_back(t.sizes().vec(), t.options());
+  num_outputs_ = outputs.size();
   // a^L is read no more (B(L+1) only drops it): the caller's aliases hold it as long as the
   // caller does, as the unmodified model's outputs are held.
   a_[L_].reset();
@@ -134,13 +134,12 @@ Tensors ScheduleExecutor::runForward() {
   return outputs;
 }
 
-Tensors ScheduleExecutor::definedOutputGrads(Tensors grads) const {
-  TORCH_INTERNAL_ASSERT(grads.size() == output_meta_.size(), "jitckpt executor: ", grads.size(),
-                        " output gradients for ", output_meta_.size(), " outputs");
-  for (size_t i = 0; i < grads.size(); ++i) {
-    if (!grads[i].defined()) grads[i] = at::zeros(output_meta_[i].first, output_meta_[i].second);
-  }
-  return grads;
+// Autograd passes an undefined gradient for an output that the loss does not reach; it stays
+// undefined, so that a parameter that only such outputs read gets no gradient (None), as in the
+// unmodified model, not zeros.
+void ScheduleExecutor::checkOutputGrads(const Tensors& grads) const {
+  TORCH_INTERNAL_ASSERT(grads.size() == num_outputs_, "jitckpt executor: ", grads.size(),
+                        " output gradients for ", num_outputs_, " outputs");
 }
 
 Tensors ScheduleExecutor::runBackwardWholeGraph(const Tensors& output_grads) {
@@ -154,12 +153,12 @@ Tensors ScheduleExecutor::runBackwardWholeGraph(const Tensors& output_grads) {
   std::vector<std::pair<size_t, at::Tensor>> side_leaves;
   Tensors current = inputs;
   for (int l = 1; l <= L_; ++l) current = runner_.wholeGraphForward(l, current, &side_leaves);
-  const Tensors grads = definedOutputGrads(output_grads);
+  checkOutputGrads(output_grads);
   Tensors roots, root_grads;
   for (size_t i = 0; i < current.size(); ++i) {
-    if (!current[i].requires_grad()) continue;
+    if (!current[i].requires_grad() || !output_grads[i].defined()) continue;
     roots.push_back(current[i]);
-    root_grads.push_back(grads[i]);
+    root_grads.push_back(output_grads[i]);
   }
   current.clear();
   // What to differentiate, and where each gradient goes among the op's inputs then lifted tensors.
@@ -190,7 +189,8 @@ Tensors ScheduleExecutor::runBackwardWholeGraph(const Tensors& output_grads) {
 }
 
 Tensors ScheduleExecutor::runBackward(Tensors output_grads) {
-  delta_[L_] = definedOutputGrads(std::move(output_grads));
+  checkOutputGrads(output_grads);
+  delta_[L_] = std::move(output_grads);
   const auto& schedule = plan_->solution().schedule;
   for (; next_op_ < schedule.size(); ++next_op_) {
     execute(schedule[next_op_]);

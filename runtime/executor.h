@@ -40,7 +40,7 @@ class ScheduleExecutor : public torch::CustomClassHolder {
   // After the schedule's op at `index`: drops the a^{l-1} inside abar^{l-1} when that op was the
   // last forward of stage l to read it (its graph keeps what it saved).
   void releaseAfterLastRead(size_t index);
-  Tensors definedOutputGrads(Tensors grads) const;  // zeros where none
+  void checkOutputGrads(const Tensors& grads) const;  // one per output, undefined where none
 
   c10::intrusive_ptr<Plan> plan_;
   StageRunner runner_;
@@ -53,7 +53,7 @@ class ScheduleExecutor : public torch::CustomClassHolder {
   // Per l in 0..L-1: the index of the schedule's last forward op of stage l+1 (which reads a^l).
   std::vector<size_t> last_read_;
   // Shape and options of the chain outputs, for zero gradients where autograd gives none.
-  std::vector<std::pair<std::vector<int64_t>, at::TensorOptions>> output_meta_;
+  size_t num_outputs_ = 0;
 };
 
 }  // namespace jitckpt
