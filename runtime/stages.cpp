@@ -22,8 +22,8 @@ bool containsNode(const torch::jit::Block* block,
 }
 
 const std::unordered_set<std::string>& recurrentKinds() {
-  static const std::unordered_set<std::string> kinds = {"aten::lstm", "aten::gru",
-                                                        "aten::rnn_tanh", "aten::rnn_relu"};
+  static const std::unordered_set<std::string> kinds = {"aten::lstm", "aten::gru", "aten::rnn_tanh",
+                                                        "aten::rnn_relu"};
   return kinds;
 }
 

@@ -59,9 +59,13 @@ bool carriesOn(const Cut& c, const Cut& earlier, const Cut& later, const Cut& st
 
 // Drops runs of equal inner cuts that carry on a tensor of the cut before them and kHumpRatio
 // times what either neighbour carries, the largest first, until none is left (see chooseCuts).
+// A run whose neighbours enclose more than half of the chain's heavy ops stays: that is no block
+// of a repeated structure but a skip around most of the model (`return x + body(x)`, as in
+// denoising and super-resolution nets), and dropping it would leave the body one stage.
 constexpr double kHumpRatio = 1.2;
 
-std::vector<const Cut*> withoutHumps(std::vector<const Cut*> chosen) {
+std::vector<const Cut*> withoutHumps(std::vector<const Cut*> chosen, const HeavyOpCounts& heavy) {
+  const int total = heavy.between(chosen.front()->position, chosen.back()->position);
   while (true) {
     size_t worst_begin = 0, worst_end = 0;  // the run [begin, end) to drop
     for (size_t i = 1; i + 1 < chosen.size();) {
@@ -72,8 +76,10 @@ std::vector<const Cut*> withoutHumps(std::vector<const Cut*> chosen) {
       for (size_t k = i; k <= j; ++k)
         carried = carried && carriesOn(*chosen[k], *chosen[i - 1], *chosen[j + 1], *chosen.front());
       const int64_t neighbours = std::max(chosen[i - 1]->bytes, chosen[j + 1]->bytes);
-      const bool hump =
-          carried && static_cast<double>(b) >= kHumpRatio * static_cast<double>(neighbours);
+      const bool local =
+          2 * heavy.between(chosen[i - 1]->position, chosen[j + 1]->position) <= total;
+      const bool hump = carried && local &&
+                        static_cast<double>(b) >= kHumpRatio * static_cast<double>(neighbours);
       if (hump && (worst_end == 0 || b > chosen[worst_begin]->bytes)) {
         worst_begin = i;
         worst_end = j + 1;
@@ -156,7 +162,7 @@ std::vector<const Cut*> chooseCuts(const CandidateCuts& candidates, const HeavyO
   const std::vector<Cut>& kept = candidates.cuts;
   const size_t first = kept.front().position, last = kept.back().position;
   std::vector<const Cut*> chosen =
-      withoutHumps(cutPerGap(kept, heavy, options.move_cuts_off_inplace_writes));
+      withoutHumps(cutPerGap(kept, heavy, options.move_cuts_off_inplace_writes), heavy);
   if (options.max_stages > 0 && chosen.size() > static_cast<size_t>(options.max_stages) + 1) {
     chosen = balanceStages(chosen, first, last, heavy, options.max_stages);
   }
@@ -174,7 +180,7 @@ std::vector<const Cut*> chooseCuts(const CandidateCuts& candidates, const HeavyO
       "tensors are live (a list, dict or object, or a value another branch may leave unset, "
       "crosses every one), so it has a single stage (checkpointing cannot save memory on it)";
   warnings.push_back(why);
-  TORCH_WARN_ONCE("jitckpt partition: ", why);
+  TORCH_WARN("jitckpt partition: ", why);  // each model that gets it (Python's filter dedups)
   return {&kept.front(), &kept.back()};
 }
 

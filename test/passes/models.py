@@ -96,10 +96,28 @@ class WithLoop(nn.Module):
 
 
 class NoCut(nn.Module):
-    """Two tensors in, both used to the end: no position carries fewer than the ends do."""
+    """A dict written between the two matmuls and read after both: no position between them holds
+    only tensors."""
 
     def forward(self, x, y):
-        return torch.matmul(torch.relu(x), y) + torch.matmul(x, torch.sigmoid(y))
+        kept = {"x": x}
+        kept["h"] = torch.matmul(torch.relu(x), y)
+        return torch.matmul(x, torch.sigmoid(y)) + kept["h"] + kept["x"]
+
+
+class GlobalSkip(nn.Module):
+    """return x + body(x): every cut inside the body carries x beside the body's activation, twice
+    what the ends carry (denoising and super-resolution nets)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(4)])
+
+    def forward(self, x):
+        h = x
+        for layer in self.layers:
+            h = torch.relu(layer(h))
+        return x + h
 
 
 class NestedInner(nn.Module):
@@ -249,7 +267,7 @@ class Recurrent(nn.Module):
 MODELS = {
     m.__name__: m
     for m in [PlainChain, Residual, InplaceResidual, BasicBlocks, WithBatchNorm, TwoTensorBoundary, WithLoop, NoCut,
-              Nested, PrologueEpilogue, MaskedBlocks, TwoSequences, SkipNet, DenseList, CollectedOutputs,
+              GlobalSkip, Nested, PrologueEpilogue, MaskedBlocks, TwoSequences, SkipNet, DenseList, CollectedOutputs,
               Recurrent]
 }
 
