@@ -124,7 +124,13 @@ std::shared_ptr<const ChainStages> stagesFromState(const Json& meta,
     stage.label = m.at("label").get<std::string>();
     stages.push_back(std::move(stage));
   }
-  auto chain = std::make_shared<const ChainStages>(stages, std::move(lifted));
+  std::shared_ptr<const ChainStages> chain;
+  try {
+    chain = std::make_shared<const ChainStages>(stages, std::move(lifted));
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "corrupt jitckpt plan in this file: ", e.what_without_backtrace(),
+                "; re-create it with jitckpt");
+  }
   const auto positions = meta.at("lifted_position").get<std::vector<size_t>>();
   for (size_t k = 0; k < positions.size(); ++k) {
     TORCH_CHECK(k < chain->lifted().size() && positions[k] == chain->position(k),

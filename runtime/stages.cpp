@@ -69,9 +69,22 @@ ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<Lifte
                 "jitckpt: stage ", s + 1, " (", stage.label, ") has ", stage.graph->inputs().size(),
                 " graph inputs, expected ", stage.num_activation_inputs, " activations and ",
                 stage.lifted.size(), " lifted values");
-    for (size_t k : stage.lifted) {
+    for (size_t j = 0; j < stage.lifted.size(); ++j) {
+      const size_t k = stage.lifted[j];
       TORCH_CHECK(k < lifted_.size(), "jitckpt: stage ", s + 1, " reads lifted value ", k, " of ",
                   lifted_.size());
+      // No scalar where the graph takes a tensor, no tensor where it takes an int, float, bool or
+      // string: either would fail inside the interpreter (a saved plan edited by hand, or corrupt).
+      const c10::TypeKind type =
+          stage.graph->inputs()[stage.num_activation_inputs + j]->type()->kind();
+      const bool scalar = lifted_[k].kind == LiftedKind::Scalar;
+      const bool fits =
+          scalar ? type != c10::TypeKind::TensorType
+                 : type == c10::TypeKind::TensorType || type == c10::TypeKind::OptionalType;
+      TORCH_CHECK(fits, "jitckpt: stage ", s + 1, " (", stage.label, ") reads lifted value ", k,
+                  " (", lifted_[k].name, ", a ", toString(lifted_[k].kind),
+                  ") where its graph takes an input of type ",
+                  stage.graph->inputs()[stage.num_activation_inputs + j]->type()->str());
     }
     random_.push_back(containsNode(stage.graph->block(), drawsRandomNumbers));
     autograd_kernels_.push_back(containsNode(stage.graph->block(), choosesKernelByAutograd));

@@ -96,6 +96,27 @@ def test_a_corrupt_plan_gets_its_reason(tmp_path):
     assert "()" not in done.stderr, done.stderr
 
 
+def test_a_plan_whose_stage_reads_a_parameter_for_a_flag_is_corrupt(tmp_path):
+    """A stage's list of lifted values edited to give a parameter where its graph takes the
+    `training` flag (a bool): refused on load with what is wrong, not an internal assert of the
+    interpreter at the first call."""
+    torch.manual_seed(0)
+    model = torch.jit.script(nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1), nn.ReLU(), nn.Linear(8, 8),
+                                           nn.Dropout(0.1), nn.ReLU(), nn.Linear(8, 4)))
+    good, broken = tmp_path / "model.pt", tmp_path / "broken.pt"
+    torch.jit.save(jitckpt.checkpoint(model, (torch.randn(2, 8),), memory_limit=None, profile_repeats=1), str(good))
+    with zipfile.ZipFile(good) as source, zipfile.ZipFile(broken, "w") as target:
+        for item in source.infolist():
+            data = source.read(item.filename)
+            if item.filename.endswith("data.pkl"):
+                assert b'"1.training","3.weight"' in data and b'"lifted":[0,1,2]' in data
+                data = data.replace(b'"lifted":[0,1,2]', b'"lifted":[0,1,3]', 1)  # 3.weight for 1.training
+            target.writestr(item, data)
+    with pytest.raises(RuntimeError, match=r"corrupt jitckpt plan in this file: .*stage 1 .* reads lifted value 3 "
+                                           r"\(3.weight, a parameter\) where its graph takes an input of type bool"):
+        torch.jit.load(str(broken))
+
+
 OPT = os.environ.get("JITCKPT_OPT", os.path.join("build", "tools", "opt", "jitckpt-opt"))
 
 
