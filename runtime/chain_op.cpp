@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/graph_task.h>
 
+#include "runtime/compat.h"
 #include "runtime/executor.h"
 #include "runtime/replan.h"
 #include "solver/memory_limit.h"
@@ -41,47 +42,69 @@ void warnIfGradientsAreHeld(const std::vector<at::Tensor>& lifted) {
       "zero_grad(set_to_none=True) (the default on PyTorch 2.x) to avoid that");
 }
 
-// The gradients of the chain's outputs, between the node that receives them from autograd and the
+// The gradients of the chain's outputs, between the nodes that receive them from autograd and the
 // chain's backward, which takes them out.
 struct OutputGradients : public torch::CustomClassHolder {
-  std::vector<size_t> positions;  // the outputs that require grad, in the node's input order
-  variable_list grads;            // as received, one per position
+  std::vector<size_t> positions;  // the outputs that require grad, one hand-off node each
+  std::vector<std::weak_ptr<torch::autograd::Node>> nodes;  // parallel to positions
+  variable_list grads;  // as received, parallel to positions (undefined where none came)
   bool received = false;
 };
 
-// The grad_fn of the outputs the caller sees. The engine holds the gradients it passes to a node
+// The grad_fn of an output the caller sees. The engine holds the gradients it passes to a node
 // until that node returns (and PyTorch 1.13's custom Functions copy them), so the chain's own
 // backward would hold delta^L to its end, where the unmodified model frees it after the last
-// stage's backward. This node moves them into OutputGradients and passes on none (the chain does
-// not materialize missing gradients), so that the executor holds the only reference.
+// stage's backward. This node moves its gradient into OutputGradients and passes on none (the
+// chain does not materialize missing gradients), so that the executor holds the only reference.
+// One node per output, so that the hooks on each output can be told apart.
 struct OutputGradientHandOff : public torch::autograd::Node {
-  explicit OutputGradientHandOff(c10::intrusive_ptr<OutputGradients> slot)
-      : slot_(std::move(slot)) {}
+  OutputGradientHandOff(c10::intrusive_ptr<OutputGradients> slot, size_t k)
+      : slot_(std::move(slot)), k_(k) {}
   variable_list apply(variable_list&& grads) override {
-    slot_->grads = std::move(grads);
+    slot_->grads.at(k_) = std::move(grads.at(0));
     slot_->received = true;
     return variable_list(num_outputs());
   }
   std::string name() const override { return "jitckpt::OutputGradientHandOff"; }
   c10::intrusive_ptr<OutputGradients> slot_;
+  size_t k_;
 };
 
 // Aliases of the chain's outputs whose gradients reach the chain through OutputGradientHandOff.
 variable_list handOffOutputs(const variable_list& outputs,
                              const c10::intrusive_ptr<OutputGradients>& slot) {
-  auto node = std::make_shared<OutputGradientHandOff>(slot);
   variable_list aliases;
   for (size_t i = 0; i < outputs.size(); ++i) {
     at::Tensor alias = outputs[i].detach();
     if (outputs[i].defined() && outputs[i].requires_grad()) {
+      auto node = std::make_shared<OutputGradientHandOff>(slot, slot->positions.size());
       node->add_next_edge(torch::autograd::impl::gradient_edge(outputs[i]));
       const uint32_t input_nr = node->add_input_metadata(alias);
       torch::autograd::impl::set_gradient_edge(alias, {node, input_nr});
       slot->positions.push_back(i);
+      slot->nodes.push_back(node);
     }
     aliases.push_back(std::move(alias));
   }
+  slot->grads.resize(slot->positions.size());
   return aliases;
+}
+
+// A hook or retain_grad() on a returned tensor that the chain's later layers also read sees only
+// the gradient of its uses outside the chain: the rest is added inside the chain's backward.
+void warnIfHookedOutputsMissGradients(const OutputGradients& slot, const ChainStages& stages) {
+  for (size_t k = 0; k < slot.positions.size(); ++k) {
+    const auto node = slot.nodes[k].lock();
+    if (!node || !hasGradientHooks(*node) || !stages.outputReadInside(slot.positions[k])) continue;
+    TORCH_WARN(
+        "jitckpt: a hook or retain_grad() is on a tensor that the checkpointed forward returns "
+        "and its later layers also read: it saw only the gradient of that tensor's uses outside "
+        "the chain, not the part those layers add inside the chain's backward (the unmodified "
+        "model's hook sees the sum), so its .grad is partial and a hook that changes the gradient "
+        "changes only that part; to hook the whole gradient, checkpoint the layers up to that "
+        "tensor and run the layers that read it outside jitckpt");
+    return;
+  }
 }
 
 // What the chain's backward differentiates with: the gradients OutputGradientHandOff received
@@ -89,9 +112,10 @@ variable_list handOffOutputs(const variable_list& outputs,
 variable_list takeOutputGradients(OutputGradients& slot, variable_list grad_outputs) {
   if (!slot.received) return grad_outputs;
   variable_list grads(grad_outputs.size());
-  for (size_t k = 0; k < slot.positions.size() && k < slot.grads.size(); ++k)
+  for (size_t k = 0; k < slot.positions.size(); ++k) {
     grads[slot.positions[k]] = std::move(slot.grads[k]);
-  slot.grads.clear();
+    slot.grads[k] = at::Tensor();
+  }
   slot.received = false;
   return grads;
 }
@@ -126,9 +150,10 @@ struct ChainFunction : public torch::autograd::Function<ChainFunction> {
                 "take that step on the module given to jitckpt.checkpoint (it shares its "
                 "parameters with the rewritten one)");
     warnIfGradientsAreHeld(executor->arguments().lifted_tensors);
-    grad_outputs = takeOutputGradients(*c10::static_intrusive_pointer_cast<OutputGradients>(
-                                           ctx->saved_data.at("output_gradients").toCapsule()),
-                                       std::move(grad_outputs));
+    auto& slot = *c10::static_intrusive_pointer_cast<OutputGradients>(
+        ctx->saved_data.at("output_gradients").toCapsule());
+    warnIfHookedOutputsMissGradients(slot, executor->plan().stages());
+    grad_outputs = takeOutputGradients(slot, std::move(grad_outputs));
     variable_list grads;
     if (torch::autograd::get_current_graph_task_keep_graph()) {
       TORCH_WARN_ONCE(

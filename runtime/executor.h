@@ -19,6 +19,7 @@ class ScheduleExecutor : public torch::CustomClassHolder {
   ScheduleExecutor(c10::intrusive_ptr<Plan> plan, ChainArguments arguments);
 
   const ChainArguments& arguments() const { return runner_.arguments(); }
+  const Plan& plan() const { return *plan_; }
 
   // Runs the stages straight through without saving anything (inference, or nothing needs grad).
   Tensors runInference();

@@ -34,6 +34,22 @@ bool choosesKernelByAutograd(const torch::jit::Node* n) {
   return recurrentKinds().count(kind) > 0 || kind == "aten::scaled_dot_product_attention";
 }
 
+// Whether chain output i is read by an op of a stage: followed back from stage L through the
+// stages that pass it on, to the one that makes it.
+bool readInside(const std::vector<StageSpec>& stages, size_t i) {
+  for (size_t s = stages.size(); s-- > 0;) {
+    const torch::jit::Graph& graph = *stages[s].graph;
+    const torch::jit::Value* v = graph.outputs().at(i);
+    for (const torch::jit::Use& use : v->uses()) {
+      if (use.user != graph.return_node()) return true;
+    }
+    if (v->node() != graph.param_node() || v->offset() >= stages[s].num_activation_inputs)
+      return false;   // made here, or a lifted value
+    i = v->offset();  // passed on from the stage before
+  }
+  return false;
+}
+
 }  // namespace
 
 bool drawsRandomNumbers(const torch::jit::Node* n) {
@@ -90,6 +106,8 @@ ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<Lifte
     autograd_kernels_.push_back(containsNode(stage.graph->block(), choosesKernelByAutograd));
     stages_.push_back(std::move(stage));
   }
+  for (size_t i = 0; i < stages_.back().graph->outputs().size(); ++i)
+    outputs_read_inside_.push_back(readInside(stages_, i));
   codes_.resize(stages_.size());
 }
 

@@ -58,6 +58,10 @@ class ChainStages {
   // Whether stage l holds an op whose kernel depends on the autograd state (RNNs, attention):
   // its runs without a graph must still run as the recording run does to give the same bits.
   bool hasAutogradDependentKernels(int l) const { return autograd_kernels_.at(l - 1); }
+  // Whether chain output i (an output of stage L) is also read by an op of the chain, in the stage
+  // that makes it or in one that it passes through: its gradient then has a part that only the
+  // chain's backward adds, which a hook on the returned tensor does not see.
+  bool outputReadInside(size_t i) const { return outputs_read_inside_.at(i); }
   const std::vector<LiftedSpec>& lifted() const { return lifted_; }
   // Where lifted value k arrives: its index among the op's lifted tensors (Parameter, Buffer) or
   // lifted scalars (Scalar).
@@ -71,6 +75,7 @@ class ChainStages {
   std::vector<StageSpec> stages_;
   std::vector<bool> random_;
   std::vector<bool> autograd_kernels_;
+  std::vector<bool> outputs_read_inside_;
   std::vector<LiftedSpec> lifted_;
   std::vector<size_t> position_;
   size_t num_tensors_ = 0;

@@ -9,7 +9,7 @@ across stages."""
 import os
 import sys
 import warnings
-from typing import Callable, List
+from typing import Callable, List, Tuple
 
 import pytest
 import torch
@@ -233,3 +233,48 @@ def test_backward_through_one_output_gives_the_others_parameters_no_gradient(nam
         assert_equal_lists(f"{name}: backward through output {index}", *results)
         some_none = some_none or any(g is None for g in results[0])
     assert some_none, f"{name}: every output reaches every parameter; the test checks nothing"
+
+
+class FeaturesAndLogits(nn.Module):
+    """Returns its features beside the head's logits: the head, inside the chain, reads them too."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(4)])
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x: Tensor) -> Tuple[Tensor, Tensor]:
+        for layer in self.layers:
+            x = x + torch.tanh(layer(x))
+        return self.head(x), x
+
+
+def test_a_hook_on_a_returned_tensor_that_the_chain_reads_further_is_warned_about():
+    """A hook or retain_grad() on the returned features sees only the caller's part of their
+    gradient (the head's part is added inside the chain's backward): a warning says so. A hook on
+    the logits, which nothing in the chain reads, sees its whole gradient: no warning, and the
+    parameters' gradients are those of the unmodified model."""
+    def make():
+        torch.manual_seed(0)
+        return torch.jit.script(FeaturesAndLogits())
+
+    x = torch.randn(5, 8)
+    rewritten = jitckpt.checkpoint(make(), (x,), memory_limit=None, profile_repeats=1)
+    assert jitckpt.plan(rewritten)["num_stages"] >= 4
+    reference = make()
+    results = []
+    for model in (reference, rewritten):
+        with torch.jit.optimized_execution(False), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            logits, features = model(x)
+            logits.register_hook(lambda g: g * 2)
+            (logits.square().sum() + features.square().sum()).backward()
+        assert not [w for w in caught if "retain_grad" in str(w.message)], [str(w.message) for w in caught]
+        results.append(grads_of(model))
+    assert_equal_lists("hook on the logits", *results)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        logits, features = rewritten(x)
+        features.retain_grad()
+        (logits.square().sum() + features.square().sum()).backward()
+    assert any("later layers also read" in str(w.message) for w in caught), [str(w.message) for w in caught]
