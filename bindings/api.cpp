@@ -31,6 +31,18 @@ c10::intrusive_ptr<jitckpt::Plan> requirePlan(const torch::jit::Module& module) 
   return plan;
 }
 
+// The plan that holds a rewritten module's profile: its own, or, rewritten without example inputs,
+// the one its last training call made.
+c10::intrusive_ptr<jitckpt::Plan> profiledPlan(const torch::jit::Module& module) {
+  auto plan = requirePlan(module);
+  if (plan->solution().costs.length() < 1) plan = plan->variants().latest();
+  TORCH_CHECK(plan,
+              "this module has no profile yet: it was rewritten without example inputs and "
+              "has not trained; train it once, or rewrite it with example inputs, to reuse "
+              "its profile");
+  return plan;
+}
+
 // Parses with the solver's std::invalid_argument turned into a c10::Error (RuntimeError).
 template <typename Parse>
 auto parseOption(Parse parse) {
@@ -43,7 +55,8 @@ auto parseOption(Parse parse) {
 
 jitckpt::CheckpointOptions makeOptions(const std::string& strategy, int slots, int max_stages,
                                        int segments, int profile_repeats, py::object progress,
-                                       py::object profile_progress, const std::string& costs_json) {
+                                       py::object profile_progress, const std::string& costs_json,
+                                       const std::string& costs_input_key) {
   jitckpt::CheckpointOptions options;
   options.slots = slots;
   options.strategy = parseOption([&] { return jitckpt::solver::parseStrategy(strategy); });
@@ -63,6 +76,7 @@ jitckpt::CheckpointOptions makeOptions(const std::string& strategy, int slots, i
     };
   }
   if (!costs_json.empty()) options.costs = jitckpt::solver::costsFromJson(costs_json);
+  options.costs_input_key = costs_input_key;
   return options;
 }
 
@@ -172,10 +186,11 @@ void defineCheckpointApi(py::module_& m) {
       [](const torch::jit::Module& module, const py::object& example_inputs,
          const std::string& memory_limit, const std::string& strategy, int slots, int max_stages,
          int segments, int profile_repeats, py::object progress, py::object profile_progress,
-         const std::string& costs_json, bool verbose) {
+         const std::string& costs_json, const std::string& costs_input_key, bool verbose) {
         jitckpt::PythonWarnings warnings;
-        auto options = makeOptions(strategy, slots, max_stages, segments, profile_repeats,
-                                   std::move(progress), std::move(profile_progress), costs_json);
+        auto options =
+            makeOptions(strategy, slots, max_stages, segments, profile_repeats, std::move(progress),
+                        std::move(profile_progress), costs_json, costs_input_key);
         options.verbose = verbose;
         const auto limit =
             parseOption([&] { return jitckpt::solver::MemoryLimit::parse(memory_limit); });
@@ -191,7 +206,7 @@ void defineCheckpointApi(py::module_& m) {
       py::arg("module"), py::arg("example_inputs"), py::arg("memory_limit"), py::arg("strategy"),
       py::arg("slots"), py::arg("max_stages"), py::arg("segments"), py::arg("profile_repeats"),
       py::arg("progress"), py::arg("profile_progress") = py::none(), py::arg("costs_json") = "",
-      py::arg("verbose") = false);
+      py::arg("costs_input_key") = "", py::arg("verbose") = false);
   m.def(
       "_jit_pass_jitckpt_checkpoint",
       [](const torch::jit::Module& module, const std::string& memory_limit,
@@ -209,7 +224,11 @@ void defineCheckpointApi(py::module_& m) {
       "forward calls jitckpt::chain, planned at its first training call.");
   m.def("strip", [](const torch::jit::Module& module) { return jitckpt::strip(module); });
   m.def("costs_json", [](const torch::jit::Module& module) {
-    return jitckpt::solver::costsToJson(requirePlan(module)->solution().costs);
+    return jitckpt::solver::costsToJson(profiledPlan(module)->solution().costs);
+  });
+  // The inputs that profile was measured on (InputKey::str()).
+  m.def("profile_input_key", [](const torch::jit::Module& module) {
+    return profiledPlan(module)->solution().input_key.str();
   });
   m.def("is_rewritten",
         [](const torch::jit::Module& module) { return bool(jitckpt::planOf(module)); });

@@ -16,6 +16,16 @@
 namespace jitckpt {
 namespace {
 
+// Options that no model can make valid, refused before any work (without example inputs they
+// would fail only at the first training call).
+void checkOptions(const CheckpointOptions& options) {
+  TORCH_CHECK(options.slots >= 1,
+              "jitckpt: slots (the memory slots of the DP) must be at least 1, ", "not ",
+              options.slots, "; the default is 500");
+  TORCH_CHECK(options.segments >= 0, "jitckpt: segments must be 0 (the fastest that fits) or a ",
+              "segment count, not ", options.segments);
+}
+
 // The timed runs per stage: as asked, or the default where they are taken.
 int profileRepeats(const CheckpointOptions& options, int by_default) {
   return options.profile_repeats > 0 ? options.profile_repeats : by_default;
@@ -28,6 +38,13 @@ solver::Costs measuredCosts(std::shared_ptr<const ChainStages> stages,
     TORCH_CHECK(options.costs->length() == stages->size() + 1, "the reused profile describes ",
                 options.costs->length() - 1, " stages but this model has ", stages->size(),
                 "; reuse only a profile of the same model and options");
+    // Times and sizes hold for the inputs they were measured on only.
+    const std::string key = inputKey(*stages, arguments).str();
+    TORCH_CHECK(options.costs_input_key.empty() || options.costs_input_key == key,
+                "the reused profile was measured on inputs ", options.costs_input_key,
+                ", but these are ", key,
+                ": its times and sizes do not hold for them; leave reuse_profile_of out to "
+                "profile these inputs");
     report("reusing the given profile");
     return *options.costs;
   }
@@ -79,6 +96,7 @@ int64_t epilogueGradientBytes(const torch::jit::Module& module, const Partition&
 torch::jit::Module checkpoint(const torch::jit::Module& module,
                               const std::vector<c10::IValue>& example_inputs,
                               const MemoryLimit& limit, const CheckpointOptions& options) {
+  checkOptions(options);
   auto report = [&](const std::string& line) {
     if (options.progress)
       options.progress(line);
@@ -113,6 +131,7 @@ torch::jit::Module checkpoint(const torch::jit::Module& module,
 
 torch::jit::Module checkpoint(const torch::jit::Module& module, const MemoryLimit& limit,
                               const CheckpointOptions& options) {
+  checkOptions(options);
   TORCH_CHECK(!options.costs, "a reused profile needs the example inputs it was measured on");
   PartitionOptions partition_options;
   partition_options.max_stages = options.max_stages;

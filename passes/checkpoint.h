@@ -39,6 +39,7 @@ struct CheckpointOptions {
   // Costs from an earlier profile of the same model and input shapes (Plan::solution().costs):
   // skips profiling, so that trying several limits or strategies costs one profile.
   std::optional<solver::Costs> costs;
+  std::string costs_input_key;  // InputKey::str() of the inputs `costs` was measured on, if known
   // Rewritten without example inputs: show the first training call's profiling even when stderr
   // is not a terminal.
   bool verbose = false;

@@ -150,8 +150,17 @@ std::string toString(Strategy strategy) {
   return "?";
 }
 
+namespace {
+void checkSlots(const SelectOptions& options) {
+  if (options.slots < 1)
+    throw std::invalid_argument("the number of memory slots must be at least 1, not " +
+                                std::to_string(options.slots));
+}
+}  // namespace
+
 Selection selectSchedule(const Costs& chain, int64_t limit, Strategy strategy,
                          const SelectOptions& options) {
+  checkSlots(options);
   Candidates candidates(chain, limit);
   switch (strategy) {
     case Strategy::Optimal:
@@ -186,6 +195,7 @@ Selection selectSchedule(const Costs& chain, int64_t limit, Strategy strategy,
 }
 
 Selection selectSmallest(const Costs& chain, Strategy strategy, const SelectOptions& options) {
+  checkSlots(options);
   if (strategy == Strategy::Periodic || strategy == Strategy::None) {
     const Selection below = selectSchedule(chain, 0, strategy, options);
     if (below.feasible || below.min_feasible_limit < 0) return below;

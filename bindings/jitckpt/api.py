@@ -26,6 +26,13 @@ def _script(module: Any) -> torch.jit.ScriptModule:
     )
 
 
+def _rewritten(module: Any, what: str) -> torch._C.ScriptModule:
+    """The C++ module of what jitckpt.checkpoint returned, or a TypeError that says so."""
+    if not isinstance(module, torch.jit.ScriptModule):
+        raise TypeError(f"jitckpt.{what} takes a module that jitckpt.checkpoint returned, not {type(module).__name__}")
+    return module._c
+
+
 def _limit_text(memory_limit: MemoryLimit) -> str:
     if memory_limit is None:
         return "none"
@@ -120,7 +127,8 @@ def checkpoint(
     rewritten = _C.checkpoint(
         scripted._c, None if example_inputs is None else list(example_inputs), _limit_text(memory_limit),
         strategy, slots, max_stages, segments, profile_repeats, report, progress,
-        _C.costs_json(reuse_profile_of._c) if reuse_profile_of is not None else "", verbose,
+        _C.costs_json(_rewritten(reuse_profile_of, "checkpoint's reuse_profile_of")) if reuse_profile_of is not None else "",
+        _C.profile_input_key(reuse_profile_of._c) if reuse_profile_of is not None else "", verbose,
     )
     return torch.jit._recursive.wrap_cpp_module(rewritten)
 
@@ -128,16 +136,16 @@ def checkpoint(
 def strip(module: torch.jit.ScriptModule) -> torch.jit.ScriptModule:
     """The original forward of a module that jitckpt rewrote, sharing its parameters and buffers:
     no jitckpt::chain op and no plan, for export or inference where jitckpt is not installed."""
-    return torch.jit._recursive.wrap_cpp_module(_C.strip(module._c))
+    return torch.jit._recursive.wrap_cpp_module(_C.strip(_rewritten(module, "strip")))
 
 
 def is_rewritten(module: torch.jit.ScriptModule) -> bool:
-    return _C.is_rewritten(module._c)
+    return isinstance(module, torch.jit.ScriptModule) and _C.is_rewritten(module._c)
 
 
 def dump(module: torch.jit.ScriptModule) -> str:
     """The rewritten forward graph followed by the plan's stages and schedule."""
-    return _C.dump(module._c)
+    return _C.dump(_rewritten(module, "dump"))
 
 
 def plan(module: torch.jit.ScriptModule) -> Dict[str, Any]:
@@ -145,7 +153,7 @@ def plan(module: torch.jit.ScriptModule) -> Dict[str, Any]:
     costs, and the whole time-memory curve [(limit bytes, time ms), ...] of the optimal solver.
     A module rewritten without example inputs has deferred=True; before its first training call
     only what was asked (no "schedule"), afterwards the plan made for the latest inputs."""
-    return _C.plan_info(module._c)
+    return _C.plan_info(_rewritten(module, "plan"))
 
 
 def partition(module: torch.jit.ScriptModule, example_inputs: Sequence[Any] = (),
@@ -155,7 +163,11 @@ def partition(module: torch.jit.ScriptModule, example_inputs: Sequence[Any] = ()
     (tensor counts without them), and the text form with the reasons for single-stage chains."""
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
-    return _C.partition(_script(module)._c, tuple(example_inputs), max_stages)
+    scripted = _script(module)
+    if _C.is_rewritten(scripted._c):
+        raise ValueError("this module was already rewritten by jitckpt: jitckpt.plan(module) shows its stages, "
+                         "and jitckpt.partition takes the original module")
+    return _C.partition(scripted._c, tuple(example_inputs), max_stages)
 
 
 class cpu_memory:

@@ -5,6 +5,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import torch
 
 from . import _C
+from .api import _rewritten
 
 
 def fastest_within(curve: Sequence[Tuple[int, float]], baselines: Sequence[Tuple[str, int, float]]
@@ -36,7 +37,7 @@ def plot(module: torch.jit.ScriptModule, path: Optional[str] = None, ax: Any = N
     except ImportError as error:
         raise ImportError("jitckpt.plot needs matplotlib: apt-get install python3-matplotlib "
                           "(or pip install matplotlib)") from error
-    info = _C.plan_info(module._c)
+    info = _C.plan_info(_rewritten(module, "plot"))
     if "curve" not in info:
         raise ValueError("this module plans at its first training call and has not had one yet: "
                          "run a training step (forward and backward), then plot")

@@ -134,6 +134,40 @@ def test_bad_inputs_are_clear_errors(profiled):
         with pytest.raises(RuntimeError, match=r"periodic: 500 segments for a chain of \d+ stages"):
             jitckpt.checkpoint(scripted(), (X,), memory_limit=limit, strategy="periodic", segments=500,
                                reuse_profile_of=profiled)
+    # No memory slots: refused at once, with example inputs or without (it crashed at "min")
+    for strategy in ("optimal", "revolve"):
+        with pytest.raises(RuntimeError, match="slots .* must be at least 1, not 0"):
+            jitckpt.checkpoint(scripted(), (X,), memory_limit="min", strategy=strategy, slots=0,
+                               reuse_profile_of=profiled)
+        with pytest.raises(RuntimeError, match="slots .* must be at least 1, not 0"):
+            jitckpt.checkpoint(scripted(), memory_limit="min", strategy=strategy, slots=0)
+
+
+def test_a_profile_is_reused_only_for_the_inputs_it_was_measured_on(profiled):
+    """Its times and sizes hold for those inputs alone: a larger batch is refused (it was planned
+    with the small batch's peak), as is a module that has not profiled yet; the same inputs work,
+    also from a module rewritten without example inputs once it has trained."""
+    with pytest.raises(RuntimeError, match=r"reused profile was measured on inputs \[4, 3, 16, 16\].*these are "
+                                           r"\[16, 3, 16, 16\]"):
+        jitckpt.checkpoint(scripted(), (torch.randn(16, 3, 16, 16),), memory_limit=0.7, reuse_profile_of=profiled)
+    deferred = jitckpt.checkpoint(scripted(), memory_limit=0.7)
+    with pytest.raises(RuntimeError, match="no profile yet"):
+        jitckpt.checkpoint(scripted(), (X,), memory_limit=0.7, reuse_profile_of=deferred)
+    reused = jitckpt.checkpoint(scripted(), (X,), memory_limit=0.7, reuse_profile_of=profiled)
+    assert jitckpt.plan(reused)["unconstrained_peak"] == jitckpt.plan(profiled)["unconstrained_peak"]
+    step(deferred, X)  # its first training call profiles: that profile can be reused
+    reused = jitckpt.checkpoint(scripted(), (X,), memory_limit=0.7, reuse_profile_of=deferred)
+    assert jitckpt.plan(reused)["num_stages"] == jitckpt.plan(profiled)["num_stages"]
+
+
+def test_helpers_name_what_they_take():
+    eager = SmallNet()
+    for helper in (jitckpt.plan, jitckpt.dump, jitckpt.strip, jitckpt.plot):
+        with pytest.raises(TypeError, match="module that jitckpt.checkpoint returned, not SmallNet"):
+            helper(eager)
+    assert not jitckpt.is_rewritten(eager)
+    with pytest.raises(ValueError, match="already rewritten"):
+        jitckpt.partition(jitckpt.checkpoint(scripted()))
 
 
 def test_save_and_load_in_a_fresh_process(tmp_path, profiled):
