@@ -59,9 +59,16 @@ std::pair<int64_t, solver::Selection> selectForLimit(const solver::MemoryLimit& 
     solver::Selection smallest = smallestSelection(costs, options);
     return {smallest.peak, std::move(smallest)};
   }
+  if (limit.kind == Kind::Unlimited) {
+    solver::Selection selection = select(costs, unconstrained_peak, options);
+    if (selection.feasible) return {unconstrained_peak, std::move(selection)};
+    // A strategy whose every schedule needs more than no checkpointing (revolve-style on a short
+    // chain holds a checkpoint beside each recorded stage): no limit means its smallest, not none.
+    solver::Selection smallest = smallestSelection(costs, options);
+    return {smallest.peak, std::move(smallest)};
+  }
   if (limit.kind != Kind::Auto) {
-    const int64_t bytes =
-        limit.kind == Kind::Unlimited ? unconstrained_peak : limit.resolve(unconstrained_peak);
+    const int64_t bytes = limit.resolve(unconstrained_peak);
     return {bytes, select(costs, bytes, options)};
   }
   const int64_t budget = autoBudget(options);
