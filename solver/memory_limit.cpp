@@ -33,19 +33,26 @@ MemoryLimit MemoryLimit::parse(const std::string& text) {
       "give bytes (\"2GiB\", \"512MiB\", \"1.5GB\", \"1000000\"), a fraction of the unconstrained "
       "activation peak (\"0.5\", \"50%\"), \"none\", \"min\" (the smallest limit that works) or "
       "\"auto\" (what the device has available)";
+  // Lower case, without the spaces around it; a space may part the number from its unit ("512 MiB")
+  // but not split the number ("1 9 5 0" is no 1950).
+  auto isSpace = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
   std::string s;
-  for (char c : text) {
-    if (!std::isspace(static_cast<unsigned char>(c)))
-      s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  }
+  for (char c : text) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  s.erase(s.begin(), std::find_if_not(s.begin(), s.end(), isSpace));
+  s.erase(std::find_if_not(s.rbegin(), s.rend(), isSpace).base(), s.end());
   if (s.empty()) throw std::invalid_argument("empty memory limit: " + accepted);
   if (s == "none" || s == "unlimited" || s == "inf") return {};
   if (s == "min") return min();
   if (s == "auto") return autoLimit();
+  // A decimal number, then its unit: strtod alone would also take hexadecimal ("0x100") and "nan".
+  const size_t split = std::min(s.find_first_not_of("0123456789.e+-"), s.size());
+  const std::string digits = s.substr(0, split);
+  std::string unit = s.substr(split);
+  unit.erase(unit.begin(), std::find_if_not(unit.begin(), unit.end(), isSpace));
   char* end = nullptr;
-  const double number = std::strtod(s.c_str(), &end);
-  const std::string unit(end);
-  if (end == s.c_str() || !std::isfinite(number) || number <= 0) {
+  const double number = std::strtod(digits.c_str(), &end);
+  if (digits.empty() || end != digits.c_str() + digits.size() || !std::isfinite(number) ||
+      number <= 0) {
     throw std::invalid_argument("memory limit '" + text +
                                 "' is not a positive number: " + accepted);
   }
@@ -74,7 +81,10 @@ MemoryLimit MemoryLimit::parse(const std::string& text) {
                                   "bytes: " +
                                   accepted);
     }
+    if (unit == "b" && number != std::floor(number))
+      throw std::invalid_argument("memory limit '" + text + "' is not a whole number of bytes");
     const double bytes = std::round(number * scale);
+    if (bytes < 1) throw std::invalid_argument("memory limit '" + text + "' is less than one byte");
     // Bytes are held as int64: anything from 2^63 on would wrap around.
     if (bytes >= 9.2e18) {
       throw std::invalid_argument("memory limit '" + text +

@@ -168,6 +168,12 @@ TEST(MemoryLimit, ParsesBytesFractionsAndErrors) {
   EXPECT_THROW(MemoryLimit::parse("5 parsecs"), std::invalid_argument);
   EXPECT_THROW(MemoryLimit::parse("-1GiB"), std::invalid_argument);
   EXPECT_THROW(MemoryLimit::parse("150%"), std::invalid_argument);
+  EXPECT_EQ(MemoryLimit::parse(" 2 GiB ").resolve(0), int64_t{2} << 30);
+  EXPECT_EQ(MemoryLimit::parse("1e6B").resolve(0), 1000000);
+  // A number split by spaces, hexadecimal, nan, and bytes that are not whole: refused, not read
+  // as 1950, 256, or 0 and 2 bytes.
+  for (const char* text : {"1 9 5 0", "0x100", "nan", "0.4B", "1.5B", "0.0001KiB", "2 G iB"})
+    EXPECT_THROW(MemoryLimit::parse(text), std::invalid_argument) << text;
   EXPECT_EQ(formatBytes(1536), "1.50 KiB");
 }
 
