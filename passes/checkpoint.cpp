@@ -20,8 +20,8 @@ namespace {
 // would fail only at the first training call).
 void checkOptions(const CheckpointOptions& options) {
   TORCH_CHECK(options.slots >= 1,
-              "jitckpt: slots (the memory slots of the DP) must be at least 1, ", "not ",
-              options.slots, "; the default is 500");
+              "jitckpt: slots (the memory slots of the DP) must be at least 1, not ", options.slots,
+              "; the default is 500");
   TORCH_CHECK(options.segments >= 0, "jitckpt: segments must be 0 (the fastest that fits) or a ",
               "segment count, not ", options.segments);
 }

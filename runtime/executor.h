@@ -53,8 +53,7 @@ class ScheduleExecutor : public torch::CustomClassHolder {
   size_t next_op_ = 0;
   // Per l in 0..L-1: the index of the schedule's last forward op of stage l+1 (which reads a^l).
   std::vector<size_t> last_read_;
-  // Shape and options of the chain outputs, for zero gradients where autograd gives none.
-  size_t num_outputs_ = 0;
+  size_t num_outputs_ = 0;  // chain outputs, one gradient each (undefined where none)
 };
 
 }  // namespace jitckpt

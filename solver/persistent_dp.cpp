@@ -296,12 +296,11 @@ void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer,
     // a stall on every split.)
     splits.resize(static_cast<size_t>(t - s));
     int count = 0;
-    const int64_t wd_t = sizes_.wd[t];
     const Row* right_rows = &rows_[rowIndex(s + 1, t)];
     const int* gradients = &gradient_slots_[static_cast<size_t>(t) * (L_ + 2)];
     for (int split = s + 1; split <= t; ++split) {
       const SplitBase& b = bases[static_cast<size_t>(split - s - 1)];
-      const int sweep = static_cast<int>(std::min<int64_t>(wd_t + b.sweep, S_ + 1));
+      const int sweep = besideDelta(b.sweep, t);
       const Row& right = right_rows[split - s - 1];
       const int left_shift = gradients[split];
       const int lo = std::max({sweep, b.shift + right.first, left_shift + b.left_first});

@@ -95,8 +95,11 @@ class PersistentSolver {
   int ememSlots(int s, int t) const;
   // Peak of Fck(s), F∅(s+1..last) beside delta^t, in slots (capped at S_ + 1).
   int sweepSlots(int s, int last, int t) const {
-    const int64_t peak = sizes_.wd[t] + sweep_[static_cast<size_t>(s) * (L_ + 1) + last];
-    return static_cast<int>(std::min<int64_t>(peak, S_ + 1));
+    return besideDelta(sweep_[static_cast<size_t>(s) * (L_ + 1) + last], t);
+  }
+  // A forward run's peak `run` (sweep_) with delta^t beside it, in slots (capped at S_ + 1).
+  int besideDelta(int run, int t) const {
+    return static_cast<int>(std::min<int64_t>(sizes_.wd[t] + run, S_ + 1));
   }
   // Parameter gradients of stages first..last in slots (0 when first > last).
   int gradientSlots(int first, int last) const {

@@ -120,6 +120,7 @@ def checkpoint(
         example_inputs = (example_inputs,)
     if example_inputs is None and reuse_profile_of is not None:
         raise ValueError("reuse_profile_of needs the example inputs the profile was measured on")
+    reused = None if reuse_profile_of is None else _rewritten(reuse_profile_of, "checkpoint's reuse_profile_of")
     report = (lambda line: print(f"jitckpt: {line}", file=sys.stderr)) if verbose else (lambda line: None)
     if progress is None:
         bar = _ProfileProgress(verbose)
@@ -127,8 +128,8 @@ def checkpoint(
     rewritten = _C.checkpoint(
         scripted._c, None if example_inputs is None else list(example_inputs), _limit_text(memory_limit),
         strategy, slots, max_stages, segments, profile_repeats, report, progress,
-        _C.costs_json(_rewritten(reuse_profile_of, "checkpoint's reuse_profile_of")) if reuse_profile_of is not None else "",
-        _C.profile_input_key(reuse_profile_of._c) if reuse_profile_of is not None else "", verbose,
+        _C.costs_json(reused) if reused is not None else "",
+        _C.profile_input_key(reused) if reused is not None else "", verbose,
     )
     return torch.jit._recursive.wrap_cpp_module(rewritten)
 
