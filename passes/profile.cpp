@@ -164,9 +164,10 @@ void warmUp(StageRunner& runner, int l, const Tensors& current, int rounds) {
   }
 }
 
-// Median times of F∅/Fck, Fall and B of stage l over `repeats` runs.
+// Median times of F∅/Fck, Fall and B of stage l over `repeats` runs; B on autograd's thread, as
+// the executor runs it (runAsBackward).
 void measureTimes(StageRunner& runner, int l, const Tensors& current, int repeats,
-                  probes::Stopwatch& stopwatch, StageProfile& s) {
+                  c10::Device device, probes::Stopwatch& stopwatch, StageProfile& s) {
   std::vector<double> no_grad_ms, forward_ms, backward_ms;
   for (int r = 0; r < repeats; ++r) {
     stopwatch.start();
@@ -180,9 +181,13 @@ void measureTimes(StageRunner& runner, int l, const Tensors& current, int repeat
     const bool has_backward = recorded.outputsHaveGradients() &&
                               (recorded.inputsGetGradients() || !runner.gradientTargets(l).empty());
     Tensors deltas = onesFor(recorded.outputs);
-    stopwatch.start();
-    runner.backward(l, std::move(recorded), std::move(deltas));
-    backward_ms.push_back(has_backward ? stopwatch.stopSeconds() * 1e3 : 0.0);
+    double ms = 0;
+    runAsBackward(device, [&] {
+      stopwatch.start();
+      runner.backward(l, std::move(recorded), std::move(deltas));
+      ms = stopwatch.stopSeconds() * 1e3;
+    });
+    backward_ms.push_back(has_backward ? ms : 0.0);
   }
   s.forward_no_grad_ms = probes::median(no_grad_ms);
   s.forward_ms = probes::median(forward_ms);
@@ -194,11 +199,12 @@ struct UnconstrainedRun {
   double ms = 0;
 };
 
-// The no-checkpointing schedule run for real, as the executor runs it, with the chain's output
-// kept to the end as its caller keeps it (Costs::held_output).
+// The no-checkpointing schedule run for real, as the executor runs it (the backward passes on
+// autograd's thread, runAsBackward), with the chain's output kept to the end as its caller keeps
+// it (Costs::held_output).
 UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inputs,
-                                  const Tensors& chain_outputs, probes::MemoryProbe& probe,
-                                  probes::Stopwatch& stopwatch) {
+                                  const Tensors& chain_outputs, c10::Device device,
+                                  probes::MemoryProbe& probe, probes::Stopwatch& stopwatch) {
   const int L = runner.numStages();
   Tensors delta;
   for (const auto& t : chain_outputs)
@@ -215,16 +221,18 @@ UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inpu
   }
   // Held to the end, as the executor holds them, each B adding its uses to the sum so far.
   Tensors lifted_grads(runner.arguments().lifted_tensors.size());
-  for (int l = L; l >= 1; --l) {
-    StageGradients gradients =
-        runner.backward(l, std::move(*recorded[l]), std::move(delta), &lifted_grads);
-    recorded[l].reset();
-    delta = std::move(gradients.inputs);
-    for (auto& [position, gradient] : gradients.lifted)
-      lifted_grads[runner.firstPosition(position)] = std::move(gradient);
-  }
-  delta.clear();
-  lifted_grads.clear();
+  runAsBackward(device, [&] {
+    for (int l = L; l >= 1; --l) {
+      StageGradients gradients =
+          runner.backward(l, std::move(*recorded[l]), std::move(delta), &lifted_grads);
+      recorded[l].reset();
+      delta = std::move(gradients.inputs);
+      for (auto& [position, gradient] : gradients.lifted)
+        lifted_grads[runner.firstPosition(position)] = std::move(gradient);
+    }
+    delta.clear();
+    lifted_grads.clear();
+  });
   current.clear();  // the chain's output, held until here
   UnconstrainedRun run;
   run.ms = stopwatch.stopSeconds() * 1e3;
@@ -319,7 +327,7 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
     s.label = runner.stages().stage(l).label;
     warmUp(runner, l, current, options.warmup);
     Tensors outputs = measureMemory(runner, l, current, *probe, s);
-    measureTimes(runner, l, current, options.repeats, *stopwatch, s);
+    measureTimes(runner, l, current, options.repeats, device, *stopwatch, s);
     appendStage(c, s, l);
     profile.labels.push_back(s.label);
     profile.stages.push_back(std::move(s));
@@ -344,7 +352,8 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   for (int r = 0; r < runs; ++r) {
     Tensors inputs;
     for (const auto& t : arguments.inputs) inputs.push_back(t.detach());
-    const UnconstrainedRun run = runUnconstrained(runner, inputs, current, *probe, *stopwatch);
+    const UnconstrainedRun run =
+        runUnconstrained(runner, inputs, current, device, *probe, *stopwatch);
     if (r == 0 && options.measure_unconstrained_peak)
       profile.measured_unconstrained_peak = run.peak;
     if (r >= untimed_runs && r < untimed_runs + timed_runs)

@@ -52,6 +52,15 @@ Tensors gradientsOf(torch::autograd::edge_list root_edges, Tensors root_grads,
       /*accumulate_grad=*/false, wrt_edges);
 }
 
+struct CallbackNode : public torch::autograd::Node {
+  explicit CallbackNode(std::function<void()> body) : body_(std::move(body)) {}
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& /*unused*/) override {
+    body_();
+    return {};
+  }
+  std::function<void()> body_;
+};
+
 // The gradient edge of a lifted leaf (a parameter's stand-in): its grad accumulator, which B
 // captures without running.
 torch::autograd::Edge leafEdge(const at::Tensor& leaf) {
@@ -360,6 +369,17 @@ void StageRunner::takeLiftedSums(const RecordedStage& recorded, Tensors& lifted_
                std::make_move_iterator(edges.end()));
   root_grads.insert(root_grads.begin(), std::make_move_iterator(sums.begin()),
                     std::make_move_iterator(sums.end()));
+}
+
+void runAsBackward(c10::Device device, const std::function<void()>& body) {
+  // The engine starts a node on the thread of its input's device (see gradientsOf); empty, so
+  // that no memory a profile measures is allocated for it.
+  const at::Tensor placeholder = at::empty({0}, at::TensorOptions().device(device));
+  auto node = std::make_shared<CallbackNode>(body);
+  node->add_input_metadata(placeholder);
+  torch::autograd::Engine::get_default_engine().execute(
+      {torch::autograd::Edge(std::move(node), 0)}, {placeholder}, /*keep_graph=*/false,
+      /*create_graph=*/false, /*accumulate_grad=*/true);
 }
 
 StageGradients StageRunner::backward(int l, RecordedStage recorded, Tensors output_grads,

@@ -19,6 +19,7 @@
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/autograd/edge.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -47,6 +48,12 @@ InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments);
 // The chain's device: that of its first defined input, else of its first defined lifted tensor;
 // none when it holds no tensor.
 std::optional<c10::Device> chainDevice(const ChainArguments& arguments);
+
+// Runs `body` inside a backward node of its own, on the autograd engine's thread for `device`:
+// where the executor runs B, inside the chain's backward. There each B's gradient call is
+// reentrant and runs on that thread; called from elsewhere, it hands its CUDA work to that
+// thread and waits for it, twice per call, which a profile would count into every B.
+void runAsBackward(c10::Device device, const std::function<void()>& body);
 
 // For each position in `lifted`, the first position that holds the same tensor (tied weights are
 // lifted once per attribute path): where the chain's backward sums that tensor's gradients. One
