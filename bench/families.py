@@ -559,6 +559,54 @@ def dict_output(size: str = "test", device: str = "cpu") -> Family:
                    f"{convs} convs returning a dict")
 
 
+class SpectralNormConv(nn.Module):
+    """A convolution whose weight is divided by its spectral norm, estimated by one power
+    iteration per training call on a vector kept as a buffer (torch.nn.utils.spectral_norm, in a
+    form TorchScript compiles): forward reads the buffer, then writes it in place."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int):
+        super().__init__()
+        self.conv = nn.Conv2d(c_in, c_out, 3, stride, 1)
+        self.register_buffer("u", F.normalize(torch.randn(c_out), dim=0))
+
+    def forward(self, x: Tensor) -> Tensor:
+        w = self.conv.weight.reshape(self.conv.weight.shape[0], -1)
+        v = F.normalize(torch.mv(w.detach().t(), self.u), dim=0)
+        if self.training:
+            self.u.copy_(F.normalize(torch.mv(w.detach(), v), dim=0))
+        sigma = torch.dot(self.u, torch.mv(w, v))
+        return F.leaky_relu(F.conv2d(x, self.conv.weight / sigma, self.conv.bias, self.conv.stride, 1), 0.2)
+
+
+class SpectralNormCritic(nn.Module):
+    """A GAN critic of spectral-norm convolutions, with a call counter buffer that the middle
+    block increments and every later block reads: recomputing a block must read each buffer as
+    that block's first run did."""
+
+    def __init__(self, width: int, convs: int):
+        super().__init__()
+        self.blocks = nn.ModuleList([SpectralNormConv(3 if i == 0 else width, width, 2 if i == convs // 2 else 1)
+                                     for i in range(convs)])
+        self.register_buffer("calls", torch.zeros(1))
+        self.head = nn.Linear(width, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        for i, block in enumerate(self.blocks):
+            x = block(x)
+            if i == len(self.blocks) // 2:
+                self.calls.add_(1)
+            elif i > len(self.blocks) // 2:
+                x = x * (1 + 1 / (1 + self.calls))
+        return self.head(x.mean(dim=[2, 3]))
+
+
+def spectral_norm(size: str = "test", device: str = "cpu") -> Family:
+    b, image, width, convs = _pick(size, (2, 16, 8, 6), (16, 128, 64, 8))
+    x = torch.randn(b, 3, image, image, generator=_generator())
+    return _family("spectral_norm", lambda: SpectralNormCritic(width, convs), (x,), convs, device,
+                   f"{convs} spectral-norm convs with buffers read and written in forward")
+
+
 class FeaturePyramid(nn.Module):
     """A backbone that returns the feature map of every stage, collected by append (what a feature
     pyramid or a detection head reads): the list is live from the first stage to the return."""
@@ -658,4 +706,5 @@ FAMILIES: Dict[str, Callable[..., Family]] = {
     "gru": gru,
     "dict_output": dict_output,
     "list_output": list_output,
+    "spectral_norm": spectral_norm,
 }

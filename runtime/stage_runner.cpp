@@ -162,7 +162,10 @@ StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArgumen
       first_positions_(firstPositions(arguments_.lifted_tensors)),
       ran_(stages_->size() + 1, false),
       rng_(stages_->size() + 1),
-      scratch_(stages_->size() + 1) {
+      scratch_(stages_->size() + 1),
+      first_write_(arguments_.lifted_tensors.size(), 0),
+      last_write_(arguments_.lifted_tensors.size(), 0),
+      first_run_values_(stages_->size() + 1) {
   TORCH_CHECK(arguments_.lifted_tensors.size() == stages_->numLiftedTensors() &&
                   arguments_.lifted_scalars.size() == stages_->numLiftedScalars(),
               "jitckpt::chain: the plan expects ", stages_->numLiftedTensors(),
@@ -194,6 +197,15 @@ StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArgumen
     noteDevice(t);
   }
   for (const auto& t : arguments_.lifted_tensors) noteDevice(t);
+  for (int l = 1; l <= stages_->size(); ++l) {
+    for (size_t k : stages_->stage(l).mutated_lifted) {
+      if (stages_->lifted()[k].kind == LiftedKind::Scalar) continue;
+      const size_t first = first_positions_[stages_->position(k)];
+      if (first_write_[first] == 0) first_write_[first] = l;
+      last_write_[first] = l;
+    }
+  }
+  if (buffer_writes_ == BufferWrites::FirstRunUpdates) keepEntryValues();
   // Scratch copies are made up front, so that measurements never see them allocated.
   if (buffer_writes_ == BufferWrites::Scratch) {
     for (int l = 1; l <= stages_->size(); ++l) {
@@ -206,16 +218,54 @@ StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArgumen
   }
 }
 
-c10::IValue StageRunner::liftedValue(int l, size_t k, bool recomputation) {
+c10::IValue StageRunner::liftedValue(int l, size_t j, bool recomputation) {
+  const size_t k = stages_->stage(l).lifted[j];
   const size_t position = stages_->position(k);
   if (stages_->lifted()[k].kind == LiftedKind::Scalar) return arguments_.lifted_scalars[position];
   const at::Tensor& live = arguments_.lifted_tensors[position];
   // An Optional[Tensor] attribute holding None (conv bias=False) reaches the stage as None.
   if (!live.defined()) return c10::IValue();
-  if (!contains(stages_->stage(l).mutated_lifted, k)) return live;
-  if (buffer_writes_ == BufferWrites::Scratch) return scratch_[l].at(k);
-  // Buffers are updated once per step: recomputations write to clones.
-  return recomputation ? c10::IValue(live.detach().clone()) : c10::IValue(live);
+  const bool writes = contains(stages_->stage(l).mutated_lifted, k);
+  if (buffer_writes_ == BufferWrites::Scratch) return writes ? scratch_[l].at(k) : live;
+  // Buffers are updated once per step: a recomputation reads what the first run read (a spectral
+  // norm's vector, a counter; BatchNorm in training reads none of its statistics) and writes to
+  // a clone.
+  const at::Tensor seen = stages_->readsValue(l, j) ? valueAtFirstRun(l, j, !recomputation) : live;
+  return recomputation && writes ? seen.detach().clone() : seen;
+}
+
+at::Tensor StageRunner::valueAtFirstRun(int l, size_t j, bool first_run) {
+  const size_t k = stages_->stage(l).lifted[j];
+  const at::Tensor& live = arguments_.lifted_tensors[stages_->position(k)];
+  const size_t first = first_positions_[stages_->position(k)];
+  // First runs go in stage order: a tensor no stage from l on writes still holds what l read,
+  // and one no stage before l wrote holds what the call began with.
+  if (first_run || last_write_[first] < l) {
+    if (first_run && last_write_[first] >= l && first_write_[first] < l)
+      first_run_values_[l][k] = live.detach().clone();
+    return live;
+  }
+  if (first_write_[first] >= l) return entry_values_.at(first);
+  const auto found = first_run_values_[l].find(k);
+  TORCH_INTERNAL_ASSERT(found != first_run_values_[l].end(), "stage ", l,
+                        " recomputed without a copy of '", stages_->lifted()[k].name,
+                        "' from its first run");
+  return found->second;
+}
+
+// The tensors a stage reads before their first write: copied once, as the call began.
+void StageRunner::keepEntryValues() {
+  for (int l = 1; l <= stages_->size(); ++l) {
+    const StageSpec& stage = stages_->stage(l);
+    for (size_t j = 0; j < stage.lifted.size(); ++j) {
+      const size_t k = stage.lifted[j];
+      if (stages_->lifted()[k].kind == LiftedKind::Scalar || !stages_->readsValue(l, j)) continue;
+      const at::Tensor& live = arguments_.lifted_tensors[stages_->position(k)];
+      const size_t first = first_positions_[stages_->position(k)];
+      if (live.defined() && first_write_[first] >= l && !entry_values_.count(first))
+        entry_values_[first] = live.detach().clone();
+    }
+  }
 }
 
 bool StageRunner::entersAsLeaf(size_t k) const {
@@ -237,7 +287,8 @@ Tensors StageRunner::run(int l, const Tensors& activations, Mode mode,
     // through it to the leaf.
     stack.emplace_back(stage.writes_activation_input ? t.clone() : t);
   }
-  for (size_t k : stage.lifted) {
+  for (size_t j = 0; j < stage.lifted.size(); ++j) {
+    const size_t k = stage.lifted[j];
     if (side_leaves && entersAsLeaf(k)) {
       // One leaf per tensor among those `side_leaves` holds: a tensor lifted twice (tied weights)
       // gets one, and so does one that several stages read in a whole-graph run, where autograd
@@ -252,7 +303,7 @@ Tensors StageRunner::run(int l, const Tensors& activations, Mode mode,
       }
       stack.emplace_back(same->second);
     } else {
-      stack.push_back(liftedValue(l, k, recomputation));
+      stack.push_back(liftedValue(l, j, recomputation));
     }
   }
   // Random ops see the same numbers on recomputation: replay the generator state of the first

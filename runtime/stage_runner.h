@@ -147,7 +147,11 @@ class StageRunner {
   bool entersAsLeaf(size_t k) const;
   void takeLiftedSums(const RecordedStage& recorded, Tensors& lifted_sums,
                       torch::autograd::edge_list& roots, Tensors& root_grads) const;
-  c10::IValue liftedValue(int l, size_t k, bool recomputation);
+  c10::IValue liftedValue(int l, size_t j, bool recomputation);  // entry j of stage l's `lifted`
+  // What lifted tensor k (entry j of stage l's `lifted`) held when stage l first ran, for a
+  // recomputation; on the first run (`first_run`), keeps a copy where one is needed.
+  at::Tensor valueAtFirstRun(int l, size_t j, bool first_run);
+  void keepEntryValues();
 
   std::shared_ptr<const ChainStages> stages_;
   ChainArguments arguments_;
@@ -158,6 +162,14 @@ class StageRunner {
   std::vector<bool> ran_;                              // per stage: run before in this runner
   std::vector<std::optional<RngState>> rng_;           // per stage with random ops: its first state
   std::vector<std::map<size_t, at::Tensor>> scratch_;  // BufferWrites::Scratch copies
+  // By firstPosition: the first and last stage that write the tensor in place (0: none).
+  std::vector<int> first_write_, last_write_;
+  // By firstPosition: what a tensor some stage writes held when the runner was made (the call
+  // began), where a stage before its first write reads the value.
+  std::map<size_t, at::Tensor> entry_values_;
+  // Per stage: copies of what a lifted tensor held at the stage's first run, where a stage
+  // between two writes reads the value.
+  std::vector<std::map<size_t, at::Tensor>> first_run_values_;
 };
 
 }  // namespace jitckpt

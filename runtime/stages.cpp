@@ -70,6 +70,29 @@ std::string toString(LiftedKind kind) {
   return "?";
 }
 
+namespace {
+
+// Whether a use of a tensor can carry its value to what the graph computes: not as the tensor an
+// in-place op writes (whose result is unused), nor as BatchNorm's or InstanceNorm's running
+// statistics (read in eval only, when nothing writes them).
+bool carriesValue(const torch::jit::Use& use) {
+  const torch::jit::Node* n = use.user;
+  const std::string name = n->kind().toQualString();
+  const bool norm = name == "aten::batch_norm" || name == "aten::instance_norm";
+  if (norm && (use.offset == 3 || use.offset == 4)) return false;
+  const bool in_place = name.size() > 1 && name.back() == '_' && name[name.size() - 2] != '_';
+  return !(in_place && use.offset == 0 && n->outputs().size() == 1 && !n->output()->hasUses());
+}
+
+bool valueIsRead(const torch::jit::Value* v) {
+  for (const auto& use : v->uses()) {
+    if (carriesValue(use)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<LiftedSpec> lifted)
     : lifted_(std::move(lifted)) {
   TORCH_CHECK(!stages.empty(), "jitckpt: a chain needs at least one stage");
@@ -102,6 +125,10 @@ ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<Lifte
                   ") where its graph takes an input of type ",
                   stage.graph->inputs()[stage.num_activation_inputs + j]->type()->str());
     }
+    std::vector<bool> reads_value;
+    for (size_t j = 0; j < stage.lifted.size(); ++j)
+      reads_value.push_back(valueIsRead(stage.graph->inputs()[stage.num_activation_inputs + j]));
+    reads_value_.push_back(std::move(reads_value));
     random_.push_back(containsNode(stage.graph->block(), drawsRandomNumbers));
     autograd_kernels_.push_back(containsNode(stage.graph->block(), choosesKernelByAutograd));
     stages_.push_back(std::move(stage));

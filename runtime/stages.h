@@ -62,6 +62,11 @@ class ChainStages {
   // that makes it or in one that it passes through: its gradient then has a part that only the
   // chain's backward adds, which a hook on the returned tensor does not see.
   bool outputReadInside(size_t i) const { return outputs_read_inside_.at(i); }
+  // Whether stage l's outputs may depend on the value of lifted tensor k (entry j of its
+  // `lifted`), not only on its identity: false where the stage only writes it in place or hands it
+  // to BatchNorm as running statistics (which training reads not, and which nothing writes in
+  // eval). A recomputation must read such a value as the stage's first run did.
+  bool readsValue(int l, size_t j) const { return reads_value_.at(l - 1).at(j); }
   const std::vector<LiftedSpec>& lifted() const { return lifted_; }
   // Where lifted value k arrives: its index among the op's lifted tensors (Parameter, Buffer) or
   // lifted scalars (Scalar).
@@ -76,6 +81,7 @@ class ChainStages {
   std::vector<bool> random_;
   std::vector<bool> autograd_kernels_;
   std::vector<bool> outputs_read_inside_;
+  std::vector<std::vector<bool>> reads_value_;
   std::vector<LiftedSpec> lifted_;
   std::vector<size_t> position_;
   size_t num_tensors_ = 0;

@@ -255,6 +255,23 @@ def test_recurrent_weights_get_their_gradients(name):
             f"{difference(expected[n].grad, got[n].grad)}"
 
 
+def test_retain_graph_backward_reads_buffers_as_the_forward_did():
+    """A backward with retain_graph=True runs the chain's forward again: each block must read the
+    buffers (a spectral norm's vector, a counter) as its first run did, not as the forward left
+    them."""
+    family = families.FAMILIES["spectral_norm"]("test")
+    rewritten = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=None, profile_repeats=1)
+    records = []
+    for model in (family.make(0), rewritten):
+        with torch.jit.optimized_execution(False):
+            loss = family.loss(model(*family.inputs))
+            loss.backward(retain_graph=True)
+            loss.backward()
+        records.append({n: p.grad for n, p in model.named_parameters()})
+    for n, expected in records[0].items():
+        assert torch.equal(records[1][n], expected), f"gradient of {n}: {difference(expected, records[1][n])}"
+
+
 def test_partition_shows_bytes_per_boundary_and_side_values():
     family = families.FAMILIES["gpt_mask_input"]("test")
     info = jitckpt.partition(family.make(0), family.inputs)

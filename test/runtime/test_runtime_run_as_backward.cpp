@@ -38,8 +38,7 @@ TEST(RunAsBackward, AnErrorInsideArrivesWithItsMessage) {
                            [] { TORCH_CHECK(false, "stage 7 (conv) failed: out of memory"); });
     FAIL() << "no error";
   } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("stage 7 (conv) failed: out of memory"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("stage 7 (conv) failed: out of memory"), std::string::npos)
         << e.what();
   }
 }
