@@ -13,6 +13,7 @@
 #define JITCKPT_ALLOCATOR_HAS_COPY_DATA 0
 #endif
 
+#include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/function.h>
 
 namespace jitckpt {
@@ -26,5 +27,47 @@ inline bool hasGradientHooks(torch::autograd::Node& n) {
   return !n.pre_hooks().empty();
 #endif
 }
+
+// The calling thread's autocast state (torch.autocast on the CPU and CUDA). 2.4 replaced the
+// per-device functions of 1.13 by functions that take the device type.
+struct AutocastState {
+  bool cpu = false, cuda = false, cache = true;
+  c10::ScalarType cpu_dtype = c10::ScalarType::BFloat16, cuda_dtype = c10::ScalarType::Half;
+
+  static AutocastState current() {
+    AutocastState s;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    s.cpu = at::autocast::is_autocast_enabled(at::kCPU);
+    s.cuda = at::autocast::is_autocast_enabled(at::kCUDA);
+    s.cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
+    s.cuda_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+#else
+    s.cpu = at::autocast::is_cpu_enabled();
+    s.cuda = at::autocast::is_enabled();
+    s.cpu_dtype = at::autocast::get_autocast_cpu_dtype();
+    s.cuda_dtype = at::autocast::get_autocast_gpu_dtype();
+#endif
+    s.cache = at::autocast::is_autocast_cache_enabled();
+    return s;
+  }
+  void makeCurrent() const {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_enabled(at::kCPU, cpu);
+    at::autocast::set_autocast_enabled(at::kCUDA, cuda);
+    at::autocast::set_autocast_dtype(at::kCPU, cpu_dtype);
+    at::autocast::set_autocast_dtype(at::kCUDA, cuda_dtype);
+#else
+    at::autocast::set_cpu_enabled(cpu);
+    at::autocast::set_enabled(cuda);
+    at::autocast::set_autocast_cpu_dtype(cpu_dtype);
+    at::autocast::set_autocast_gpu_dtype(cuda_dtype);
+#endif
+    at::autocast::set_autocast_cache_enabled(cache);
+  }
+  bool sameCasts(const AutocastState& o) const {
+    return cpu == o.cpu && cuda == o.cuda && (!cpu || cpu_dtype == o.cpu_dtype) &&
+           (!cuda || cuda_dtype == o.cuda_dtype);
+  }
+};
 
 }  // namespace jitckpt

@@ -52,6 +52,30 @@ Tensors gradientsOf(torch::autograd::edge_list root_edges, Tensors root_grads,
       /*accumulate_grad=*/false, wrt_edges);
 }
 
+// Runs a stage under the autocast state of the call (torch.autocast is thread-local: a
+// recomputation in the backward runs on autograd's thread, outside the caller's context, and
+// torch.utils.checkpoint restores it the same way). The casts the stage caches (a weight an LSTM
+// reads at every step is cast once, and its gradient summed in the autocast dtype) are dropped
+// when it ends: autograd's thread never leaves an autocast context, which is what empties it.
+class AutocastScope {
+ public:
+  explicit AutocastScope(const AutocastState& call) : saved_(AutocastState::current()) {
+    active_ = !call.sameCasts(saved_);
+    if (active_) call.makeCurrent();
+  }
+  ~AutocastScope() {
+    if (!active_) return;
+    at::autocast::clear_cache();
+    saved_.makeCurrent();
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  AutocastState saved_;
+  bool active_ = false;
+};
+
 struct CallbackNode : public torch::autograd::Node {
   explicit CallbackNode(std::function<void()> body) : body_(std::move(body)) {}
   torch::autograd::variable_list apply(torch::autograd::variable_list&& /*unused*/) override {
@@ -165,7 +189,8 @@ StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArgumen
       scratch_(stages_->size() + 1),
       first_write_(arguments_.lifted_tensors.size(), 0),
       last_write_(arguments_.lifted_tensors.size(), 0),
-      first_run_values_(stages_->size() + 1) {
+      first_run_values_(stages_->size() + 1),
+      autocast_(AutocastState::current()) {
   TORCH_CHECK(arguments_.lifted_tensors.size() == stages_->numLiftedTensors() &&
                   arguments_.lifted_scalars.size() == stages_->numLiftedScalars(),
               "jitckpt::chain: the plan expects ", stages_->numLiftedTensors(),
@@ -318,6 +343,7 @@ Tensors StageRunner::run(int l, const Tensors& activations, Mode mode,
     }
   }
   try {
+    const AutocastScope autocast(autocast_);
     torch::jit::InterpreterState(stages_->code(l)).run(stack);
   } catch (const std::exception& e) {  // c10::Error, and the interpreter's own errors
     if (resume) resume->restore();

@@ -25,6 +25,7 @@
 #include <optional>
 #include <vector>
 
+#include "runtime/compat.h"
 #include "runtime/input_key.h"
 #include "runtime/rng_state.h"
 #include "runtime/stages.h"
@@ -170,6 +171,9 @@ class StageRunner {
   // Per stage: copies of what a lifted tensor held at the stage's first run, where a stage
   // between two writes reads the value.
   std::vector<std::map<size_t, at::Tensor>> first_run_values_;
+  // The caller's autocast state when the runner was made (the call), under which every run of a
+  // stage runs, also in the backward, where autograd's thread has its own.
+  AutocastState autocast_;
 };
 
 }  // namespace jitckpt

@@ -278,3 +278,29 @@ def test_a_hook_on_a_returned_tensor_that_the_chain_reads_further_is_warned_abou
         features.retain_grad()
         (logits.square().sum() + features.square().sum()).backward()
     assert any("later layers also read" in str(w.message) for w in caught), [str(w.message) for w in caught]
+
+
+def test_autocast_forward_then_backward_outside_it(family, rewritten_factory):
+    """Forward under torch.autocast (CPU, bfloat16), backward outside it, as training loops do:
+    the recomputations in the backward run under the forward's autocast state, as
+    torch.utils.checkpoint's do, so gradients match the model's bit for bit. Except (README) those
+    of a weight that several stages share: the model casts it once per forward and sums its uses'
+    gradients in bfloat16, jitckpt casts it once per stage and sums them in float32."""
+    results = []
+    for model in both(family, rewritten_factory):
+        inputs = float_inputs(family)
+        with torch.jit.optimized_execution(False):
+            torch.manual_seed(0)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                output = model(*inputs)
+            family.loss(output).float().backward()
+        names = [n for n, _ in sorted(model.named_parameters())]
+        results.append((grads_of(model), [t.grad for t in inputs]))
+    shared = {"shared.weight", "shared.bias", "embed.weight"} if family.name == "tied_blocks" else set()
+    exact = [i for i, n in enumerate(names) if n not in shared]
+    assert_equal_lists("parameter gradient", [results[0][0][i] for i in exact], [results[1][0][i] for i in exact])
+    for i, n in enumerate(names):
+        if n in shared:
+            assert torch.allclose(results[0][0][i], results[1][0][i], rtol=0.05, atol=0.05), n
+    if not shared:
+        assert_equal_lists("input gradient", results[0][1], results[1][1])
