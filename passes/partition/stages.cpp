@@ -182,22 +182,29 @@ bool mayBeForwardsInput(Value* v, Graph& graph, const torch::jit::AliasDb& alias
   return false;
 }
 
-// The first stage runs on a copy of the input it writes in place (recomputations must read the
-// original); where that input is forward's own, the caller's tensor stays as it was.
-void warnIfForwardWritesItsInput(Partition& partition, const TopLevelNodes& top, const Cut& in,
-                                 const Cut& out, const torch::jit::AliasDb& alias_db) {
-  bool written = false;
-  for (Value* v : in.live) {
-    if (!mayBeForwardsInput(v, *partition.graph, alias_db)) continue;
-    for (size_t i = in.position; i < out.position && !written; ++i)
-      written = writesToActivation(top.nodes[i], torch::jit::ValueSet{v}, alias_db);
+// A stage runs on a copy of the activation input it writes in place (recomputations must read
+// the original); where that input is forward's own (the chain's input, or carried through the
+// boundaries before it), the caller's tensor stays as it was.
+void warnIfForwardWritesItsInput(Partition& partition, const TopLevelNodes& top,
+                                 const std::vector<const Cut*>& chosen,
+                                 const torch::jit::AliasDb& alias_db) {
+  int stage = 0;
+  for (size_t s = 0; s + 1 < chosen.size() && stage == 0; ++s) {
+    for (Value* v : chosen[s]->live) {
+      if (!mayBeForwardsInput(v, *partition.graph, alias_db)) continue;
+      for (size_t i = chosen[s]->position; i < chosen[s + 1]->position && stage == 0; ++i) {
+        if (writesToActivation(top.nodes[i], torch::jit::ValueSet{v}, alias_db))
+          stage = static_cast<int>(s) + 1;
+      }
+    }
   }
-  if (!written) return;
+  if (stage == 0) return;
   const std::string why =
-      "forward writes its input in place in the chain's first stage: that stage runs on a copy, "
-      "so that recomputations read the original, and the tensor passed to forward is left "
-      "unchanged where the unmodified model changes it (outputs and gradients are the same); "
-      "write it out of place (x = x.mul(2) for x.mul_(2)) if later code reads the input";
+      "forward writes its input in place in the chain's stage " + std::to_string(stage) +
+      ": that stage runs on a copy, so that recomputations read the original, and the tensor "
+      "passed to forward is left unchanged where the unmodified model changes it (outputs and "
+      "gradients are the same); write it out of place (x = x.mul(2) for x.mul_(2)) if later code "
+      "reads the input";
   partition.warnings.push_back(why);
   TORCH_WARN("jitckpt partition: ", why);  // every model it applies to: not once per process
 }
@@ -244,7 +251,7 @@ void buildStages(Partition& partition, const TopLevelNodes& top,
   for (size_t s = 0; s + 1 < chosen.size(); ++s) {
     partition.stages.push_back(buildStage(top, *chosen[s], *chosen[s + 1], s, lifted, alias_db));
   }
-  warnIfForwardWritesItsInput(partition, top, *chosen[0], *chosen[1], alias_db);
+  warnIfForwardWritesItsInput(partition, top, chosen, alias_db);
 }
 
 }  // namespace jitckpt::partition_steps
