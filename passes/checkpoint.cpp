@@ -24,6 +24,10 @@ void checkOptions(const CheckpointOptions& options) {
               "; the default is 500");
   TORCH_CHECK(options.segments >= 0, "jitckpt: segments must be 0 (the fastest that fits) or a ",
               "segment count, not ", options.segments);
+  TORCH_CHECK(options.max_stages >= 0, "jitckpt: max_stages must be 0 (no cap) or a stage count, ",
+              "not ", options.max_stages);
+  TORCH_CHECK(options.profile_repeats >= 0, "jitckpt: profile_repeats must be 0 (the default) ",
+              "or a count of timed runs per stage, not ", options.profile_repeats);
 }
 
 // The timed runs per stage: as asked, or the default where they are taken.

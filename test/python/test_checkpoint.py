@@ -141,6 +141,11 @@ def test_bad_inputs_are_clear_errors(profiled):
                                reuse_profile_of=profiled)
         with pytest.raises(RuntimeError, match="slots .* must be at least 1, not 0"):
             jitckpt.checkpoint(scripted(), memory_limit="min", strategy=strategy, slots=0)
+    # Negative counts: refused, not read as their defaults
+    with pytest.raises(RuntimeError, match="max_stages must be 0 .* not -1"):
+        jitckpt.checkpoint(scripted(), (X,), memory_limit="min", max_stages=-1)
+    with pytest.raises(RuntimeError, match="profile_repeats must be 0 .* not -1"):
+        jitckpt.checkpoint(scripted(), (X,), memory_limit="min", profile_repeats=-1)
 
 
 def test_a_profile_is_reused_only_for_the_inputs_it_was_measured_on(profiled):
