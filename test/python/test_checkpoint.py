@@ -141,6 +141,8 @@ def test_bad_inputs_are_clear_errors(profiled):
                                reuse_profile_of=profiled)
         with pytest.raises(RuntimeError, match="slots .* must be at least 1, not 0"):
             jitckpt.checkpoint(scripted(), memory_limit="min", strategy=strategy, slots=0)
+    with pytest.raises(RuntimeError, match="example input 0 is None, but forward's argument 'x' is a Tensor"):
+        jitckpt.checkpoint(scripted(), (None,), memory_limit="min")
     # Negative counts: refused, not read as their defaults
     with pytest.raises(RuntimeError, match="max_stages must be 0 .* not -1"):
         jitckpt.checkpoint(scripted(), (X,), memory_limit="min", max_stages=-1)
