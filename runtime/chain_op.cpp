@@ -133,6 +133,12 @@ struct ChainFunction : public torch::autograd::Function<ChainFunction> {
     auto executor = c10::make_intrusive<ScheduleExecutor>(active, std::move(arguments));
     variable_list outputs = executor->runForward();
     ctx->saved_data["executor"] = c10::IValue::make_capsule(executor);
+    variable_list detached;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (outputs[i].defined() && active->stages().outputNeverRequiresGrad(i))
+        detached.push_back(outputs[i]);
+    }
+    if (!detached.empty()) ctx->mark_non_differentiable(detached);
     return outputs;
   }
 

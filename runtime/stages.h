@@ -62,6 +62,9 @@ class ChainStages {
   // that makes it or in one that it passes through: its gradient then has a part that only the
   // chain's backward adds, which a hook on the returned tensor does not see.
   bool outputReadInside(size_t i) const { return outputs_read_inside_.at(i); }
+  // Whether chain output i never requires grad (made by detach inside the chain, or from such
+  // values alone): the chain op marks it non-differentiable, as autograd leaves it in the model.
+  bool outputNeverRequiresGrad(size_t i) const { return outputs_never_require_grad_.at(i); }
   // Whether stage l's outputs may depend on the value of lifted tensor k (entry j of its
   // `lifted`), not only on its identity: false where the stage only writes it in place or hands it
   // to BatchNorm as running statistics (which training reads not, and which nothing writes in
@@ -81,6 +84,7 @@ class ChainStages {
   std::vector<bool> random_;
   std::vector<bool> autograd_kernels_;
   std::vector<bool> outputs_read_inside_;
+  std::vector<bool> outputs_never_require_grad_;
   std::vector<std::vector<bool>> reads_value_;
   std::vector<LiftedSpec> lifted_;
   std::vector<size_t> position_;

@@ -304,3 +304,38 @@ def test_autocast_forward_then_backward_outside_it(family, rewritten_factory):
             assert torch.allclose(results[0][0][i], results[1][0][i], rtol=0.05, atol=0.05), n
     if not shared:
         assert_equal_lists("input gradient", results[0][1], results[1][1])
+
+
+class DetachedOutputs(nn.Module):
+    """Returns a hidden state beside two tensors detached inside forward (features for a memory
+    bank, a target for a self-distillation loss)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(16, 16) for _ in range(5)])
+
+    def forward(self, x: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x, x.detach(), x.detach() * 2
+
+
+def test_outputs_detached_inside_forward_do_not_require_grad():
+    """As in the model: requires_grad False and no grad_fn, so a backward through one alone is the
+    model's error, not a silent no-op; the other output trains bit for bit."""
+    def make():
+        torch.manual_seed(0)
+        return torch.jit.script(DetachedOutputs())
+    x = torch.randn(64, 16)
+    rewritten = jitckpt.checkpoint(make(), (x,), memory_limit="min", profile_repeats=1)
+    assert jitckpt.plan(rewritten)["num_stages"] >= 3
+    reference = make()
+    with torch.jit.optimized_execution(False):
+        expected, got = reference(x), rewritten(x)
+        assert [t.requires_grad for t in got] == [t.requires_grad for t in expected] == [True, False, False]
+        assert got[1].grad_fn is None and got[2].grad_fn is None
+        with pytest.raises(RuntimeError, match="does not require grad"):
+            got[2].sum().backward()
+        for outputs, model in ((expected, reference), (got, rewritten)):
+            (outputs[0].square().sum() + outputs[2].sum()).backward()
+    assert_equal_lists("parameter gradient", grads_of(reference), grads_of(rewritten))
