@@ -579,8 +579,8 @@ class SpectralNormConv(nn.Module):
 
 
 class SpectralNormCritic(nn.Module):
-    """A GAN critic of spectral-norm convolutions, with a call counter buffer that the middle
-    block increments and every later block reads: recomputing a block must read each buffer as
+    """A GAN critic of spectral-norm convolutions, with a training-call counter buffer that the
+    middle block increments and every later block reads: recomputing a block must read each buffer as
     that block's first run did."""
 
     def __init__(self, width: int, convs: int):
@@ -594,7 +594,8 @@ class SpectralNormCritic(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x)
             if i == len(self.blocks) // 2:
-                self.calls.add_(1)
+                if self.training:
+                    self.calls.add_(1)
             elif i > len(self.blocks) // 2:
                 x = x * (1 + 1 / (1 + self.calls))
         return self.head(x.mean(dim=[2, 3]))
