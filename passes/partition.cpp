@@ -31,7 +31,7 @@ Partition partitionGraph(std::shared_ptr<Graph> graph, const PartitionOptions& o
   partition.graph = graph;
   partition.bytes_measured = !bytes.empty();
   const std::vector<const steps::Cut*> chosen =  // 3, 4
-      steps::chooseCuts(candidates, steps::countHeavyOps(top), options, partition.warnings);
+      steps::chooseCuts(top, candidates, steps::countHeavyOps(top), options, partition.warnings);
   steps::buildStages(partition, top, chosen, alias_db);  // 5
   steps::labelStagesByModule(partition);
   return partition;

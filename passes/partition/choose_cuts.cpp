@@ -5,6 +5,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "passes/graph_walk.h"
 #include "passes/partition/steps.h"
 
 namespace jitckpt::partition_steps {
@@ -156,8 +157,47 @@ HeavyOpCounts countHeavyOps(const TopLevelNodes& top) {
   return heavy;
 }
 
-std::vector<const Cut*> chooseCuts(const CandidateCuts& candidates, const HeavyOpCounts& heavy,
-                                   const PartitionOptions& options,
+namespace {
+
+size_t nestedHeavyOps(const Node* n) {
+  size_t count = 0;
+  forEachNestedNode(const_cast<Node*>(n), [&](Node* inner) {
+    if (inner->blocks().empty() && isHeavyOp(inner)) ++count;
+  });
+  return count;
+}
+
+// Why a chain got one stage: where one `if` or loop holds several compute-heavy ops (layers run
+// under `if self.use_layers:`), that statement, whose inside is never cut; else what crosses.
+std::string singleStageReason(const TopLevelNodes& top, size_t first, size_t last) {
+  const Node* holder = nullptr;
+  size_t most = 1;
+  for (size_t i = first; i < last; ++i) {
+    const Node* n = top.nodes[i];
+    if (n->blocks().empty()) continue;
+    const size_t inside = nestedHeavyOps(n);
+    if (inside > most) holder = n, most = inside;
+  }
+  if (!holder) {
+    return "it has no position between two compute-heavy ops where only tensors are live (a list, "
+           "dict or object, or a value another branch may leave unset, crosses every one)";
+  }
+  std::string where;
+  if (auto location = holder->sourceRange().file_line_col())
+    where = " at " + std::get<0>(*location) + ":" + std::to_string(std::get<1>(*location));
+  const bool loop = holder->kind() == c10::prim::Loop;
+  return std::string("one ") + (loop ? "loop" : "`if`") + where + " holds " + std::to_string(most) +
+         " compute-heavy ops, and the inside of " +
+         (loop ? "a loop that TorchScript does not unroll" : "an `if`") + " is never cut" +
+         (loop ? "; iterate over a ModuleList or a constant range"
+               : "; for a setting fixed at construction, make it a constant (torch.jit.Final, "
+                 "or a class constant in __constants__) so that TorchScript removes the `if`");
+}
+
+}  // namespace
+
+std::vector<const Cut*> chooseCuts(const TopLevelNodes& top, const CandidateCuts& candidates,
+                                   const HeavyOpCounts& heavy, const PartitionOptions& options,
                                    std::vector<std::string>& warnings) {
   const std::vector<Cut>& kept = candidates.cuts;
   const size_t first = kept.front().position, last = kept.back().position;
@@ -176,9 +216,8 @@ std::vector<const Cut*> chooseCuts(const CandidateCuts& candidates, const HeavyO
               "other list lives from forward's start to its end, or forward is one operation; "
               "build such a value after the layers, or checkpoint the submodule that holds them");
   const std::string why =
-      "no usable cut: the chain has no position between two compute-heavy ops where only "
-      "tensors are live (a list, dict or object, or a value another branch may leave unset, "
-      "crosses every one), so it has a single stage (checkpointing cannot save memory on it)";
+      "no usable cut, so the chain is a single stage (checkpointing cannot save memory on it): " +
+      singleStageReason(top, first, last);
   warnings.push_back(why);
   TORCH_WARN("jitckpt partition: ", why);  // each model that gets it (Python's filter dedups)
   return {&kept.front(), &kept.back()};

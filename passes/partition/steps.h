@@ -173,8 +173,8 @@ HeavyOpCounts countHeavyOps(const TopLevelNodes& top);
 // of a U-Net grow slowly from cut to cut and stay.
 // 4. `max_stages` then keeps the cuts that best balance the heavy-op count. With no usable cut the
 // whole region is one stage and a warning goes to `warnings`; throws when it is empty.
-std::vector<const Cut*> chooseCuts(const CandidateCuts& candidates, const HeavyOpCounts& heavy,
-                                   const PartitionOptions& options,
+std::vector<const Cut*> chooseCuts(const TopLevelNodes& top, const CandidateCuts& candidates,
+                                   const HeavyOpCounts& heavy, const PartitionOptions& options,
                                    std::vector<std::string>& warnings);
 
 // ---- 5. Stages (stages.cpp, labels.cpp) ----
@@ -204,7 +204,7 @@ std::vector<size_t> directlyWrittenInputs(const Node* n);
 
 // Whether `n` or a node nested in it writes in place a tensor that may alias one of `values`
 // (through a view or alias too). Writes to attributes are left out; see writes.cpp.
-bool writesToActivation(Node* n, const torch::jit::ValueSet& values,
+bool writesToActivation(Node* n, const torch::jit::ValueSet& values, const TopLevelNodes& top,
                         const torch::jit::AliasDb& alias_db);
 
 // Whether `n` (a node without blocks) writes in place storage that `v` may hold. Storage that an

@@ -1,6 +1,7 @@
 """Partition of scripted torchvision models: stage counts derived from the architectures, and the
 piecewise run (prologue, each stage graph alone, epilogue) equal to the module, bit for bit."""
 import copy
+import re
 from typing import List
 
 import pytest
@@ -138,6 +139,34 @@ def test_single_stage_warning_reaches_python_warnings():
             info = jitckpt.partition(torch.jit.script(Elementwise()))
         assert info["num_stages"] == 1
         assert any("single stage" in str(w.message) for w in caught), (attempt, [str(w.message) for w in caught])
+
+
+class LayersUnderAFlag(torch.nn.Module):
+    """A config switch read in forward: its `if` holds every layer, and the inside of an `if` is
+    never cut."""
+
+    def __init__(self):
+        super().__init__()
+        self.use_layers = True
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(32, 32) for _ in range(6)])
+
+    def forward(self, x):
+        if self.use_layers:
+            for layer in self.layers:
+                x = torch.tanh(layer(x))
+        return x
+
+
+def test_single_stage_warning_names_an_if_that_holds_the_layers():
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        info = jitckpt.partition(torch.jit.script(LayersUnderAFlag()), (torch.randn(8, 32),))
+    assert info["num_stages"] == 1
+    messages = [str(w.message) for w in caught]
+    assert any(re.search(r"single stage .*one `if` at .*test_partition.py:\d+ holds 6 compute-heavy ops.*"
+                         r"torch.jit.Final", m) for m in messages), messages
 
 
 class GlobalResidual(torch.nn.Module):
