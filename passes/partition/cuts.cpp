@@ -323,7 +323,7 @@ CandidateCuts findCandidateCuts(const TopLevelNodes& top, const torch::jit::Alia
     const torch::jit::ValueSet live(c.live.begin(), c.live.end());
     auto w = std::lower_bound(writers.begin(), writers.end(), c.position);
     for (; w != writers.end() && !c.written_later; ++w) {
-      c.written_later = writesToActivation(top.nodes[*w], live, alias_db);
+      c.written_later = writesToActivation(top.nodes[*w], live, top, alias_db);
     }
   }
   TORCH_CHECK(!candidates.cuts.empty(),

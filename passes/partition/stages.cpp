@@ -162,7 +162,7 @@ void markWrites(Stage& stage, const TopLevelNodes& top, const Cut& in, const Cut
                 const LiftedInputs& lifted, const torch::jit::AliasDb& alias_db) {
   for (size_t i = in.position; i < out.position; ++i) {
     addMutatedLifted(stage, top.nodes[i], lifted);
-    if (writesToActivation(top.nodes[i], torch::jit::ValueSet(in.live.begin(), in.live.end()),
+    if (writesToActivation(top.nodes[i], torch::jit::ValueSet(in.live.begin(), in.live.end()), top,
                            alias_db)) {
       stage.writes_activation_input = true;
     }
@@ -193,7 +193,7 @@ void warnIfForwardWritesItsInput(Partition& partition, const TopLevelNodes& top,
     for (Value* v : chosen[s]->live) {
       if (!mayBeForwardsInput(v, *partition.graph, alias_db)) continue;
       for (size_t i = chosen[s]->position; i < chosen[s + 1]->position && stage == 0; ++i) {
-        if (writesToActivation(top.nodes[i], torch::jit::ValueSet{v}, alias_db))
+        if (writesToActivation(top.nodes[i], torch::jit::ValueSet{v}, top, alias_db))
           stage = static_cast<int>(s) + 1;
       }
     }

@@ -23,27 +23,6 @@ std::vector<size_t> directlyWrittenInputs(const Node* n) {
 // lifted, never activations, yet AliasDb keeps them in the wildcard set together with every
 // tensor that was stored in a list (DenseNet's feature list), so writesToAlias would flag every
 // BatchNorm in such a model. Nodes without a schema fall back to AliasDb's answer.
-bool writesToActivation(Node* n, const torch::jit::ValueSet& values,
-                        const torch::jit::AliasDb& alias_db) {
-  if (!n->blocks().empty()) {
-    for (auto* block : n->blocks()) {
-      for (Node* inner : block->nodes()) {
-        if (writesToActivation(inner, values, alias_db)) return true;
-      }
-    }
-    return false;
-  }
-  if (!n->maybeSchema()) return alias_db.writesToAlias(n, values);
-  for (size_t a : directlyWrittenInputs(n)) {
-    Value* written = n->input(a);
-    if (written->node()->kind() == c10::prim::GetAttr) continue;
-    for (const Value* v : values) {
-      if (alias_db.mayAlias(written, v)) return true;
-    }
-  }
-  return false;
-}
-
 namespace {
 
 // Whether the storage of `w` was made by an op positioned after `v`'s definition: following `w`
@@ -86,6 +65,31 @@ bool mayHold(const Value* written, const Value* v, const torch::jit::AliasDb& al
 }
 
 }  // namespace
+
+bool writesToActivation(Node* n, const torch::jit::ValueSet& values, const TopLevelNodes& top,
+                        const torch::jit::AliasDb& alias_db) {
+  if (!n->blocks().empty()) {
+    for (auto* block : n->blocks()) {
+      for (Node* inner : block->nodes()) {
+        if (writesToActivation(inner, values, top, alias_db)) return true;
+      }
+    }
+    return false;
+  }
+  if (!n->maybeSchema()) return alias_db.writesToAlias(n, values);
+  for (size_t a : directlyWrittenInputs(n)) {
+    Value* written = n->input(a);
+    if (written->node()->kind() == c10::prim::GetAttr) continue;
+    for (const Value* v : values) {
+      // A tensor made after v (F._canonical_mask's zeros_like(mask).masked_fill_ on 2.x) is not
+      // v, though AliasDb puts both among the wildcards once a tuple of tensors is iterated.
+      const bool fresh =
+          v->type()->kind() == c10::TypeKind::TensorType && madeAfter(written, v, top);
+      if (alias_db.mayAlias(written, v) && !fresh) return true;
+    }
+  }
+  return false;
+}
 
 bool writesToValue(const Node* n, const Value* v, const TopLevelNodes& top,
                    const torch::jit::AliasDb& alias_db) {
