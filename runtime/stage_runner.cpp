@@ -209,7 +209,8 @@ StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArgumen
         "jitckpt::chain: '", stages_->lifted()[k].name,
         "' holds a tensor that requires grad but reaches the chain inside an Optional, list, "
         "tuple or object, through which jitckpt cannot return a gradient; pass it as a "
-        "Tensor (a parameter, buffer or forward input)");
+        "Tensor (a parameter, buffer or forward input; where it is forward's own "
+        "Optional[Tensor] argument, declare it Tensor and pass zeros for none)");
   }
   auto noteDevice = [&](const at::Tensor& t) {
     if (t.defined() && !t.is_cpu() &&

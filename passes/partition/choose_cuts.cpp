@@ -178,6 +178,13 @@ std::string singleStageReason(const TopLevelNodes& top, size_t first, size_t las
     const size_t inside = nestedHeavyOps(n);
     if (inside > most) holder = n, most = inside;
   }
+  size_t heavy = 0;
+  for (size_t i = first; i < last; ++i) heavy += nestedHeavyOps(top.nodes[i]);
+  if (heavy < 2) {
+    return "it holds " + std::to_string(heavy) +
+           " compute-heavy op(s) (convolution, linear, matmul, attention, embedding, recurrent "
+           "layer), and cuts go only between two of them";
+  }
   if (!holder) {
     return "it has no position between two compute-heavy ops where only tensors are live (a list, "
            "dict or object, or a value another branch may leave unset, crosses every one)";

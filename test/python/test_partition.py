@@ -138,7 +138,8 @@ def test_single_stage_warning_reaches_python_warnings():
             warnings.simplefilter("always")
             info = jitckpt.partition(torch.jit.script(Elementwise()))
         assert info["num_stages"] == 1
-        assert any("single stage" in str(w.message) for w in caught), (attempt, [str(w.message) for w in caught])
+        assert any("single stage" in str(w.message) and "holds 0 compute-heavy op(s)" in str(w.message)
+                   for w in caught), (attempt, [str(w.message) for w in caught])
 
 
 class LayersUnderAFlag(torch.nn.Module):
