@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/jit/ir/alias_analysis.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <unordered_map>
@@ -108,6 +109,19 @@ class NeverRequiresGrad {
 
 }  // namespace
 
+std::vector<size_t> directlyWrittenInputs(const torch::jit::Node* n) {
+  std::vector<size_t> written;
+  const std::string kind = n->kind().toQualString();
+  if (kind == "aten::batch_norm" || kind == "aten::instance_norm") return {3, 4};
+  const auto* schema = n->maybeSchema();
+  if (!schema) return written;
+  for (size_t a = 0; a < schema->arguments().size() && a < n->inputs().size(); ++a) {
+    const auto* alias = schema->arguments()[a].alias_info();
+    if (alias && alias->isWrite()) written.push_back(a);
+  }
+  return written;
+}
+
 bool drawsRandomNumbers(const torch::jit::Node* n) {
   return n->isNondeterministic() || recurrentKinds().count(n->kind().toQualString()) > 0;
 }
@@ -133,11 +147,11 @@ namespace {
 // statistics (read in eval only, when nothing writes them).
 bool carriesValue(const torch::jit::Use& use) {
   const torch::jit::Node* n = use.user;
+  const auto written = directlyWrittenInputs(n);
+  if (std::find(written.begin(), written.end(), use.offset) == written.end()) return true;
   const std::string name = n->kind().toQualString();
-  const bool norm = name == "aten::batch_norm" || name == "aten::instance_norm";
-  if (norm && (use.offset == 3 || use.offset == 4)) return false;
-  const bool in_place = name.size() > 1 && name.back() == '_' && name[name.size() - 2] != '_';
-  return !(in_place && use.offset == 0 && n->outputs().size() == 1 && !n->output()->hasUses());
+  if (name == "aten::batch_norm" || name == "aten::instance_norm") return false;
+  return n->outputs().size() != 1 || n->output()->hasUses();
 }
 
 bool valueIsRead(const torch::jit::Value* v) {

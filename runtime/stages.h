@@ -27,6 +27,9 @@ enum class LiftedKind { Parameter, Buffer, Scalar, Side };
 // when trained with dropout > 0 (TorchScript does not mark them). A stage with one replays its
 // generator state when it is recomputed, and such a node is never moved or run twice.
 bool drawsRandomNumbers(const torch::jit::Node* n);
+// Inputs that `n` writes in place: arguments annotated (a!) in its schema, and the running
+// statistics of the norm ops, which write them without saying so in their schema.
+std::vector<size_t> directlyWrittenInputs(const torch::jit::Node* n);
 std::string toString(LiftedKind kind);
 
 struct LiftedSpec {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "passes/partition.h"
+#include "runtime/stages.h"  // directlyWrittenInputs
 
 namespace jitckpt::partition_steps {
 
@@ -197,10 +198,6 @@ void buildStages(Partition& partition, const TopLevelNodes& top,
 void labelStagesByModule(Partition& partition);
 
 // ---- In-place writes (writes.cpp) ----
-
-// Inputs that a node writes in place: arguments annotated (a!) in its schema, and the running
-// statistics of the norm ops, which write them without saying so in their schema.
-std::vector<size_t> directlyWrittenInputs(const Node* n);
 
 // Whether `n` or a node nested in it writes in place a tensor that may alias one of `values`
 // (through a view or alias too). Writes to attributes are left out; see writes.cpp.

@@ -3,21 +3,9 @@
 #include <string>
 
 #include "passes/partition/steps.h"
+#include "runtime/stages.h"
 
 namespace jitckpt::partition_steps {
-
-std::vector<size_t> directlyWrittenInputs(const Node* n) {
-  std::vector<size_t> written;
-  const std::string kind = n->kind().toQualString();
-  if (kind == "aten::batch_norm" || kind == "aten::instance_norm") return {3, 4};
-  const auto* schema = n->maybeSchema();
-  if (!schema) return written;
-  for (size_t a = 0; a < schema->arguments().size() && a < n->inputs().size(); ++a) {
-    const auto* alias = schema->arguments()[a].alias_info();
-    if (alias && alias->isWrite()) written.push_back(a);
-  }
-  return written;
-}
 
 // Writes to attributes (running statistics, num_batches_tracked) are left out: attributes are
 // lifted, never activations, yet AliasDb keeps them in the wildcard set together with every
