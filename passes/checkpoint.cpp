@@ -3,6 +3,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <cstdio>
 #include <functional>
 #include <iostream>
 #include <set>
@@ -65,7 +66,20 @@ solver::Costs measuredCosts(std::shared_ptr<const ChainStages> stages,
         report("profiled stage " + std::to_string(stage) + "/" + std::to_string(total));
     };
   }
-  return profileStages(std::move(stages), arguments, profile_options).costs;
+  ChainProfile profile = profileStages(std::move(stages), arguments, profile_options);
+  if (profile.measured_unconstrained_ms > 0) {
+    // The calibration (ProfileOptions::calibration_runs): how far the stages' own times were from
+    // a timed run of the whole chain; a factor far from 1 says the stage timings missed something.
+    double summed_ms = 0;
+    for (const StageProfile& s : profile.stages) summed_ms += s.forward_ms + s.backward_ms;
+    char line[160];
+    std::snprintf(line, sizeof line,
+                  "timed the chain without checkpointing: %.4g ms; the stages' own times summed "
+                  "to %.4g ms, scaled by %.4g",
+                  profile.measured_unconstrained_ms, summed_ms, profile.time_scale);
+    report(line);
+  }
+  return std::move(profile.costs);
 }
 
 // Gradient bytes of the parameters that require grad and whose attribute path is `counted`.

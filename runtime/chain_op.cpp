@@ -1,6 +1,7 @@
 // The kernels of jitckpt::chain (see chain_op.h).
 #include "runtime/chain_op.h"
 
+#include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -155,6 +156,7 @@ struct ChainFunction : public torch::autograd::Function<ChainFunction> {
                 "the graph of the unmodified model. Nothing of the chain was written to .grad; "
                 "take that step on the module given to jitckpt.checkpoint (it shares its "
                 "parameters with the rewritten one)");
+    RECORD_USER_SCOPE("jitckpt::chain_backward");
     warnIfGradientsAreHeld(executor->arguments().lifted_tensors);
     auto& slot = *c10::static_intrusive_pointer_cast<OutputGradients>(
         ctx->saved_data.at("output_gradients").toCapsule());

@@ -3,6 +3,7 @@
 
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
+#include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -70,21 +71,27 @@ void ScheduleExecutor::execute(const solver::Op& op) {
     if (op.kind == OpKind::Backward) a_[L_].reset();
     return;
   }
+  // Named as in the schedule's text in torch.profiler's traces: a user sees each stage run.
   switch (op.kind) {
-    case OpKind::ForwardAll:
+    case OpKind::ForwardAll: {
+      RECORD_USER_SCOPE("jitckpt::Fall");
       abar_[l] = runner_.recordedForward(l, stageInput(l));
       a_[l].reset();  // abar^l holds a^l
       break;
+    }
     case OpKind::ForwardCheck:
     case OpKind::ForwardNone: {
+      RECORD_USER_SCOPE(op.kind == OpKind::ForwardNone ? "jitckpt::Fn" : "jitckpt::Fck");
       Tensors outputs = runner_.forward(l, stageInput(l));
       if (op.kind == OpKind::ForwardNone) a_[l - 1].reset();  // abar^{l-1}, if held, stays
       a_[l] = std::move(outputs);
       break;
     }
-    case OpKind::Backward:
+    case OpKind::Backward: {
+      RECORD_USER_SCOPE("jitckpt::B");
       backward(l);
       break;
+    }
   }
 }
 

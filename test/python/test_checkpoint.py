@@ -104,6 +104,34 @@ def test_dump_shows_graph_and_schedule(profiled):
     assert text.count("stage ") >= jitckpt.plan(profiled)["num_stages"]
 
 
+def test_torch_profiler_names_every_stage_run_of_the_schedule(profiled):
+    model = jitckpt.checkpoint(scripted(), (X,), memory_limit=0.6, reuse_profile_of=profiled)
+    schedule = jitckpt.plan(model)["schedule"].split()
+    stages = jitckpt.plan(model)["num_stages"]
+    step(model, X)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        step(model, X)
+    calls = {e.key: e.count for e in prof.key_averages()
+             if e.key in ("jitckpt::Fall", "jitckpt::Fck", "jitckpt::Fn", "jitckpt::B",
+                          "jitckpt::chain", "jitckpt::chain_backward")}
+    # One event per op of the schedule (the terminal stage's hand-off is no stage run), and one
+    # for the call (the op's own) and one for its backward.
+    expected = {f"jitckpt::{kind}": sum(op.startswith(kind + "(") and op != f"{kind}({stages + 1})"
+                                        for op in schedule) for kind in ("Fall", "Fck", "Fn", "B")}
+    assert any(op.startswith(("Fck(", "Fn(")) for op in schedule), schedule  # recomputes
+    assert calls == {**{k: v for k, v in expected.items() if v}, "jitckpt::chain": 1,
+                     "jitckpt::chain_backward": 1}, (calls, schedule)
+
+
+def test_verbose_says_how_the_stage_times_were_calibrated(capfd):
+    jitckpt.checkpoint(scripted(), (X,), memory_limit=None, profile_repeats=1, verbose=True)
+    line = next(l for l in capfd.readouterr().err.splitlines() if "timed the chain" in l)
+    measured, summed, scale = (float(w.rstrip(",")) for w in line.split() if w[0].isdigit())
+    assert measured > 0 and summed > 0 and 0.5 <= scale <= 2.0, line
+    # (the factor is clamped to [0.5, 2])
+    assert abs(min(max(measured / summed, 0.5), 2.0) - scale) <= 1e-3 * scale, line
+
+
 def test_impossible_limit_says_the_smallest_that_works(profiled):
     with pytest.raises(RuntimeError, match="smallest limit that works is"):
         jitckpt.checkpoint(scripted(), (X,), memory_limit=1000, reuse_profile_of=profiled)
