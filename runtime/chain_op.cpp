@@ -7,6 +7,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/graph_task.h>
 
+#include <algorithm>
+
 #include "runtime/compat.h"
 #include "runtime/executor.h"
 #include "runtime/replan.h"
@@ -182,8 +184,10 @@ struct ChainFunction : public torch::autograd::Function<ChainFunction> {
 
 // The buffers the chain's stages update in place (BatchNorm statistics), copied before a call, so
 // that a call that fails part way (out of memory) leaves none of them half-updated. The copy is one
-// concatenation per dtype and device: ResNet-1001 has about 3000 such buffers, and a clone each
-// cost more host time on CUDA than the rest of the call's bookkeeping.
+// op per group of equal dtype, device and rank: ResNet-1001 has about 3000 such buffers, and an op
+// each (a clone, or a detach and a reshape to flatten it) cost more host time on CUDA than the
+// rest of the call's bookkeeping. Vectors are concatenated as they are and scalars (the batch
+// counters) stacked, so that only buffers of other ranks are flattened first.
 class BufferRollback {
  public:
   BufferRollback(const ChainStages& stages, at::TensorList lifted_tensors) {
@@ -194,12 +198,18 @@ class BufferRollback {
         if (live.defined()) groupOf(live).live.push_back(live);
       }
     }
-    at::NoGradGuard no_grad;
+    at::NoGradGuard no_grad;  // (so the buffers need no detach)
     for (auto& group : groups_) {
-      std::vector<at::Tensor> flat;
-      flat.reserve(group.live.size());
-      for (const auto& t : group.live) flat.push_back(t.detach().reshape(-1));
-      group.copy = at::cat(flat);
+      if (group.rank == 0) {
+        group.copy = at::stack(group.live);
+      } else if (group.rank == 1) {
+        group.copy = at::cat(group.live);
+      } else {
+        std::vector<at::Tensor> flat;
+        flat.reserve(group.live.size());
+        for (const auto& t : group.live) flat.push_back(t.reshape(-1));
+        group.copy = at::cat(flat);
+      }
     }
   }
   void restore() {
@@ -217,14 +227,20 @@ class BufferRollback {
  private:
   struct Group {
     std::vector<at::Tensor> live;
-    at::Tensor copy;  // the live tensors' values, flattened and concatenated in order
+    int64_t rank = 0;  // 0 and 1 as they are; any other rank flattened
+    at::Tensor copy;   // the live tensors' values, flattened and concatenated in order
   };
   Group& groupOf(const at::Tensor& t) {
+    const int64_t rank = std::min<int64_t>(t.dim(), 2);
     for (auto& group : groups_) {
       const at::Tensor& first = group.live.front();
-      if (first.scalar_type() == t.scalar_type() && first.device() == t.device()) return group;
+      if (first.scalar_type() == t.scalar_type() && first.device() == t.device() &&
+          group.rank == rank)
+        return group;
     }
-    return groups_.emplace_back();
+    Group& group = groups_.emplace_back();
+    group.rank = rank;
+    return group;
   }
   std::vector<Group> groups_;
 };

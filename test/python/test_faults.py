@@ -68,6 +68,52 @@ def test_an_allocation_failure_anywhere_in_a_step_loses_nothing(profiled, alloca
     assert same(buffers_a, buffers_b)
 
 
+class RunningFeatures(nn.Module):
+    """Keeps a running average of its 2-D feature map in a buffer updated in place (a rank other
+    than BatchNorm's vectors and counters), beside BatchNorm."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Tanh(),
+                                   nn.Conv2d(8, 8, 3, padding=1), nn.Tanh(), nn.BatchNorm2d(8))
+        self.rest = nn.Sequential(*[nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.Tanh())
+                                    for _ in range(3)])
+        self.register_buffer("average", torch.zeros(16, 16))
+
+    def forward(self, x):
+        x = self.first(x)
+        self.average.mul_(0.9).add_(x.detach().mean(dim=(0, 1)), alpha=0.1)
+        x = self.rest(x)
+        return x.mean(dim=(2, 3))
+
+
+def running_features(seed=0):
+    torch.manual_seed(seed)
+    return torch.jit.script(RunningFeatures().train())
+
+
+@pytest.mark.parametrize("position", [0.5, 0.7, 0.9])
+def test_a_forward_that_fails_restores_a_matrix_buffer_too(position):
+    rewritten = jitckpt.checkpoint(running_features(), (X,), memory_limit="min", profile_repeats=1)
+    assert jitckpt.plan(rewritten)["num_stages"] >= 3
+    jitckpt._C.start_cpu_memory_counting()
+    step(rewritten, X, 1)
+    before = buffers_of(rewritten)
+    start = jitckpt._C.cpu_allocations()
+    rewritten(X)  # moves the average and the norm's statistics, late enough in the forward
+    forward_allocations = jitckpt._C.cpu_allocations() - start
+    assert not same(buffers_of(rewritten), before)
+    before = buffers_of(rewritten)
+    jitckpt._C.fail_cpu_allocation(max(1, int(position * forward_allocations)))
+    try:
+        with pytest.raises(RuntimeError, match="out of memory"):
+            rewritten(X)
+    finally:
+        jitckpt._C.fail_cpu_allocation(0)
+    assert same(buffers_of(rewritten), before), "a forward that failed left buffers updated"
+
+
+
 class Deterministic(nn.Module):
     """No random ops and no buffers: what two threads may step at once."""
 
