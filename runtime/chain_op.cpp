@@ -184,10 +184,11 @@ struct ChainFunction : public torch::autograd::Function<ChainFunction> {
 
 // The buffers the chain's stages update in place (BatchNorm statistics), copied before a call, so
 // that a call that fails part way (out of memory) leaves none of them half-updated. The copy is one
-// op per group of equal dtype, device and rank: ResNet-1001 has about 3000 such buffers, and an op
-// each (a clone, or a detach and a reshape to flatten it) cost more host time on CUDA than the
-// rest of the call's bookkeeping. Vectors are concatenated as they are and scalars (the batch
-// counters) stacked, so that only buffers of other ranks are flattened first.
+// call per group of equal dtype, device and rank: ResNet-1001 has about 3000 such buffers, and
+// ops of our own for each (a clone, or a detach and a reshape to flatten it) cost more host time
+// on CUDA than the rest of the call's bookkeeping. Vectors are concatenated as they are and
+// scalars (the batch counters) stacked (which views each inside, without the dispatcher's cost
+// per op), so that only buffers of other ranks are flattened first.
 class BufferRollback {
  public:
   BufferRollback(const ChainStages& stages, at::TensorList lifted_tensors) {
