@@ -142,11 +142,12 @@ class StageGraphBuilder {
   std::unordered_map<Value*, Value*> map_;
 };
 
-// Adds to mutated_lifted the lifted values that `top_node` or a node nested in it writes.
+// Adds to mutated_lifted the lifted values that `top_node` or a node nested in it writes, directly
+// or through a view (`self.buf[1] = ...`, `self.buf.view(-1).add_(...)`).
 void addMutatedLifted(Stage& stage, Node* top_node, const LiftedInputs& lifted) {
   forEachNestedNode(top_node, [&](Node* n) {
     for (size_t a : directlyWrittenInputs(n)) {
-      const auto k = lifted.find(n->input(a));
+      const auto k = lifted.find(aliasBase(n->input(a)));
       if (k && std::find(stage.mutated_lifted.begin(), stage.mutated_lifted.end(), *k) ==
                    stage.mutated_lifted.end()) {
         stage.mutated_lifted.push_back(*k);

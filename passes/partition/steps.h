@@ -199,6 +199,11 @@ void labelStagesByModule(Partition& partition);
 
 // ---- In-place writes (writes.cpp) ----
 
+// The value whose storage `v` is: `v` followed back through unchecked casts and outputs that
+// alias an input (views such as select, slice and view; in-place ops returning self). A write to
+// `self.buf[1]` or `self.buf.view(-1)` writes `self.buf`.
+Value* aliasBase(Value* v);
+
 // Whether `n` or a node nested in it writes in place a tensor that may alias one of `values`
 // (through a view or alias too). Writes to attributes are left out; see writes.cpp.
 bool writesToActivation(Node* n, const torch::jit::ValueSet& values, const TopLevelNodes& top,

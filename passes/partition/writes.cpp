@@ -13,30 +13,37 @@ namespace jitckpt::partition_steps {
 // BatchNorm in such a model. Nodes without a schema fall back to AliasDb's answer.
 namespace {
 
-// Whether the storage of `w` was made by an op positioned after `v`'s definition: following `w`
-// back through unchecked casts and outputs that alias an input (views, in-place ops returning
-// self), to an output whose schema gives it no alias set (fresh storage).
-bool madeAfter(const Value* w, const Value* v, const TopLevelNodes& top) {
+// The input of `w`'s node whose storage `w` is (an unchecked cast's, or the argument with the
+// alias set of `w`'s return in the schema); nullptr where `w` has storage of its own or the node
+// has no schema.
+Value* aliasedInput(Value* w) {
+  Node* n = w->node();
+  if (n->kind() == c10::prim::unchecked_cast) return n->input(0);
+  const auto* schema = n->maybeSchema();
+  if (!schema || w->offset() >= schema->returns().size()) return nullptr;
+  const auto* alias = schema->returns()[w->offset()].alias_info();
+  if (!alias) return nullptr;
+  Value* source = nullptr;
+  for (size_t a = 0; a < schema->arguments().size() && a < n->inputs().size(); ++a) {
+    const auto* input_alias = schema->arguments()[a].alias_info();
+    if (input_alias && input_alias->beforeSets() == alias->beforeSets()) source = n->input(a);
+  }
+  return source;
+}
+
+// Whether the storage of `w` was made by an op positioned after `v`'s definition: `w` followed
+// back as aliasBase does, to an output whose schema gives it no alias set (fresh storage).
+bool madeAfter(Value* w, const Value* v, const TopLevelNodes& top) {
   for (int step = 0; step < 64; ++step) {
-    const Node* n = w->node();
-    if (n->kind() == c10::prim::unchecked_cast) {
-      w = n->input(0);
-      continue;
-    }
+    Node* n = w->node();
     const auto* schema = n->maybeSchema();
-    if (!schema || w->offset() >= schema->returns().size()) return false;
-    const auto* alias = schema->returns()[w->offset()].alias_info();
-    if (!alias) {
-      const auto found = top.index.find(topLevelOwner(const_cast<Node*>(n), top.block));
+    if (n->kind() != c10::prim::unchecked_cast && schema &&
+        w->offset() < schema->returns().size() && !schema->returns()[w->offset()].alias_info()) {
+      const auto found = top.index.find(topLevelOwner(n, top.block));
       return found != top.index.end() && found->second >= top.definedAt(v);
     }
-    const Value* source = nullptr;
-    for (size_t a = 0; a < schema->arguments().size() && a < n->inputs().size(); ++a) {
-      const auto* input_alias = schema->arguments()[a].alias_info();
-      if (input_alias && input_alias->beforeSets() == alias->beforeSets()) source = n->input(a);
-    }
-    if (!source) return false;
-    w = source;
+    w = aliasedInput(w);
+    if (!w) return false;
   }
   return false;
 }
@@ -54,6 +61,15 @@ bool mayHold(const Value* written, const Value* v, const torch::jit::AliasDb& al
 
 }  // namespace
 
+Value* aliasBase(Value* v) {
+  for (int step = 0; step < 64; ++step) {
+    Value* source = aliasedInput(v);
+    if (!source) return v;
+    v = source;
+  }
+  return v;
+}
+
 bool writesToActivation(Node* n, const torch::jit::ValueSet& values, const TopLevelNodes& top,
                         const torch::jit::AliasDb& alias_db) {
   if (!n->blocks().empty()) {
@@ -67,7 +83,8 @@ bool writesToActivation(Node* n, const torch::jit::ValueSet& values, const TopLe
   if (!n->maybeSchema()) return alias_db.writesToAlias(n, values);
   for (size_t a : directlyWrittenInputs(n)) {
     Value* written = n->input(a);
-    if (written->node()->kind() == c10::prim::GetAttr) continue;
+    // (an attribute, or a view of one: `self.ema.mul_(m).add_(x)` writes the attribute)
+    if (aliasBase(written)->node()->kind() == c10::prim::GetAttr) continue;
     for (const Value* v : values) {
       // A tensor made after v (F._canonical_mask's zeros_like(mask).masked_fill_ on 2.x) is not
       // v, though AliasDb puts both among the wildcards once a tuple of tensors is iterated.
@@ -84,7 +101,7 @@ bool writesToValue(const Node* n, const Value* v, const TopLevelNodes& top,
   if (!n->maybeSchema())
     return alias_db.writesToAlias(const_cast<Node*>(n), torch::jit::ValueSet{v});
   for (size_t a : directlyWrittenInputs(n)) {
-    const Value* written = n->input(a);
+    Value* written = const_cast<Value*>(n->input(a));
     if (mayHold(written, v, alias_db) && !madeAfter(written, v, top)) return true;
   }
   return false;

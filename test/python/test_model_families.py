@@ -272,6 +272,42 @@ def test_retain_graph_backward_reads_buffers_as_the_forward_did():
         assert torch.equal(records[1][n], expected), f"gradient of {n}: {difference(expected, records[1][n])}"
 
 
+class ViewWrittenBuffers(torch.nn.Module):
+    """Buffers written in place through views, then read: an indexed counter (`count[1] = ...`), a
+    slice of a running mean (`mean[0:4].add_`) and a flattened matrix (`grid.view(-1).mul_`)."""
+
+    def __init__(self):
+        super().__init__()
+        conv = lambda c_in: torch.nn.Sequential(torch.nn.Conv2d(c_in, 8, 3, padding=1), torch.nn.Tanh())
+        self.first = torch.nn.Sequential(conv(3), conv(8))
+        self.rest = torch.nn.Sequential(*[conv(8) for _ in range(4)])
+        self.register_buffer("count", torch.zeros(3))
+        self.register_buffer("mean", torch.zeros(8))
+        self.register_buffer("grid", torch.ones(2, 2))
+
+    def forward(self, x):
+        x = self.first(x)
+        self.count[1] = self.count[1] + 1
+        self.mean[0:4].mul_(0.9).add_(x.detach().mean(dim=(0, 2, 3))[0:4])  # (chained: one write)
+        self.grid.view(-1).mul_(0.5)
+        return self.rest(x * (1 + self.count[1] / 10 + self.grid[1, 1])).mean(dim=(2, 3))
+
+
+@pytest.mark.parametrize("limit", [None, "min"])
+def test_buffers_written_through_views_are_written_as_the_model_writes_them(limit):
+    family = families._family("view_written_buffers", ViewWrittenBuffers, (torch.randn(2, 3, 16, 16),), 4,
+                              "cpu", "buffers written through views")
+    partition = jitckpt.partition(family.make(0), family.inputs)
+    written = [name for stage in partition["mutated_lifted"] for name in stage]
+    assert sorted(written) == ["count", "grid", "mean"], written
+    # An attribute's view written is no write to the stage's input (no copy of it, no warning).
+    assert not any(partition["writes_activation_input"]) and partition["warnings"] == [], partition["warnings"]
+    rewritten = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=limit, profile_repeats=1)
+    assert jitckpt.plan(rewritten)["num_stages"] >= 4
+    # (planning leaves them as they were; each step writes them once)
+    assert_same_training(f"view-written buffers at {limit}", train(family.make(0), family), train(rewritten, family))
+
+
 def test_partition_shows_bytes_per_boundary_and_side_values():
     family = families.FAMILIES["gpt_mask_input"]("test")
     info = jitckpt.partition(family.make(0), family.inputs)
