@@ -4,6 +4,7 @@
 
 #include <torch/csrc/jit/api/module.h>
 
+#include <exception>
 #include <utility>
 #include <vector>
 
@@ -16,9 +17,20 @@ class ModuleBufferGuard {
       if (buffer.value.defined()) saved_.emplace_back(buffer.value, buffer.value.detach().clone());
     }
   }
+  // Never throws (a destructor may run while an error unwinds): a buffer that cannot be put back
+  // is named in a warning. One that forward resized (resize_) gets its shape back first.
   ~ModuleBufferGuard() {
     at::NoGradGuard no_grad;
-    for (auto& [live, copy] : saved_) live.detach().copy_(copy);
+    for (auto& [live, copy] : saved_) {
+      try {
+        // (resized itself: a detached alias would take the shape alone)
+        if (live.sizes() != copy.sizes()) live.resize_(copy.sizes());
+        live.detach().copy_(copy);
+      } catch (const std::exception& e) {
+        TORCH_WARN("jitckpt: could not restore a buffer of shape ", copy.sizes(),
+                   " after running forward on the example inputs: ", e.what());
+      }
+    }
   }
   ModuleBufferGuard(const ModuleBufferGuard&) = delete;
   ModuleBufferGuard& operator=(const ModuleBufferGuard&) = delete;

@@ -4,10 +4,13 @@
 #include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/accumulate.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/graph_task.h>
 
 #include <algorithm>
+#include <exception>
+#include <vector>
 
 #include "runtime/compat.h"
 #include "runtime/executor.h"
@@ -196,7 +199,10 @@ class BufferRollback {
       for (size_t k : stages.stage(l).mutated_lifted) {
         if (stages.lifted()[k].kind == LiftedKind::Scalar) continue;
         const at::Tensor& live = lifted_tensors[stages.position(k)];
-        if (live.defined()) groupOf(live).live.push_back(live);
+        if (!live.defined()) continue;
+        Group& group = groupOf(live);
+        group.live.push_back(live);
+        group.sizes.push_back(live.sizes().vec());
       }
     }
     at::NoGradGuard no_grad;  // (so the buffers need no detach)
@@ -213,13 +219,24 @@ class BufferRollback {
       }
     }
   }
+  // Runs while the call's error unwinds, so it throws nothing of its own: a buffer that cannot be
+  // put back is named in a warning, and the others are still restored. One that the failed call
+  // resized (resize_) gets its shape back first.
   void restore() {
     at::NoGradGuard no_grad;
     for (auto& group : groups_) {
       int64_t offset = 0;
-      for (auto& live : group.live) {
-        const int64_t n = live.numel();
-        live.detach().copy_(group.copy.narrow(0, offset, n).view(live.sizes()));
+      for (size_t i = 0; i < group.live.size(); ++i) {
+        const c10::IntArrayRef sizes = group.sizes[i];
+        const int64_t n = c10::multiply_integers(sizes);
+        try {
+          // (resized itself: a detached alias would take the shape alone)
+          if (group.live[i].sizes() != sizes) group.live[i].resize_(sizes);
+          group.live[i].detach().copy_(group.copy.narrow(0, offset, n).view(sizes));
+        } catch (const std::exception& e) {
+          TORCH_WARN("jitckpt: could not restore a buffer of shape ", sizes,
+                     " after the failed call: ", e.what());
+        }
         offset += n;
       }
     }
@@ -228,8 +245,9 @@ class BufferRollback {
  private:
   struct Group {
     std::vector<at::Tensor> live;
-    int64_t rank = 0;  // 0 and 1 as they are; any other rank flattened
-    at::Tensor copy;   // the live tensors' values, flattened and concatenated in order
+    std::vector<std::vector<int64_t>> sizes;  // parallel to live, as copied
+    int64_t rank = 0;                         // 0 and 1 as they are; any other rank flattened
+    at::Tensor copy;  // the live tensors' values, flattened and concatenated in order
   };
   Group& groupOf(const at::Tensor& t) {
     const int64_t rank = std::min<int64_t>(t.dim(), 2);

@@ -120,6 +120,48 @@ def test_a_forward_that_fails_restores_a_matrix_buffer_too(running_features_prof
     assert same(buffers_of(rewritten), before), "a forward that failed left buffers updated"
 
 
+class GrowingHistory(nn.Module):
+    """Appends each call's mean activation to a buffer it grows in place (resize_)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Tanh(), nn.Conv2d(8, 8, 3, padding=1), nn.Tanh())
+        self.rest = nn.Sequential(*[nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.Tanh()) for _ in range(3)])
+        self.register_buffer("history", torch.zeros(2))
+
+    def forward(self, x):
+        x = self.first(x)
+        n = self.history.size(0)
+        self.history.resize_([n + 1])
+        self.history[n] = x.detach().mean()
+        return self.rest(x).mean(dim=(2, 3))
+
+
+def test_a_buffer_that_forward_resizes_gets_its_shape_back():
+    torch.manual_seed(0)
+    model = torch.jit.script(GrowingHistory().train())
+    # Planning runs forward on the example inputs and puts every buffer back (it aborted the
+    # process when a buffer had grown).
+    rewritten = jitckpt.checkpoint(model, (X,), memory_limit="min", profile_repeats=1)
+    assert torch.equal(model.history, torch.zeros(2)) and jitckpt.plan(rewritten)["num_stages"] >= 3
+    before = buffers_of(rewritten)
+    with torch.jit.optimized_execution(False):
+        jitckpt._C.start_cpu_memory_counting()
+        start = jitckpt._C.cpu_allocations()
+        rewritten(X)
+        forward_allocations = jitckpt._C.cpu_allocations() - start
+        assert rewritten.history.shape == (3,)
+        before = buffers_of(rewritten)
+        jitckpt._C.fail_cpu_allocation(max(1, int(0.9 * forward_allocations)))
+        try:
+            with pytest.raises(RuntimeError, match="out of memory"):  # the call's error, not the rollback's
+                rewritten(X)
+        finally:
+            jitckpt._C.fail_cpu_allocation(0)
+    assert same(buffers_of(rewritten), before), "a forward that failed left a resized buffer"
+
+
+
 class Deterministic(nn.Module):
     """No random ops and no buffers: what two threads may step at once."""
 
