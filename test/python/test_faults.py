@@ -21,6 +21,25 @@ def same(a, b) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
 
 
+def forward_allocations(model) -> int:
+    """CPU allocations of one forward, which runs (its buffers move)."""
+    jitckpt._C.start_cpu_memory_counting()
+    start = jitckpt._C.cpu_allocations()
+    model(X)
+    return jitckpt._C.cpu_allocations() - start
+
+
+def fail_forward_at(model, allocation: int) -> None:
+    """A forward whose `allocation`-th CPU allocation fails: it must raise out of memory (the call's
+    own error, not one of the rollback's)."""
+    jitckpt._C.fail_cpu_allocation(max(1, allocation))
+    try:
+        with pytest.raises(RuntimeError, match="out of memory"):
+            model(X)
+    finally:
+        jitckpt._C.fail_cpu_allocation(0)
+
+
 @pytest.fixture(scope="module")
 def profiled():
     return jitckpt.checkpoint(scripted(), (X,), memory_limit=None, profile_repeats=1)
@@ -106,17 +125,11 @@ def test_a_forward_that_fails_restores_a_matrix_buffer_too(running_features_prof
     step(rewritten, X, 1)
     before = buffers_of(rewritten)
     with torch.jit.optimized_execution(False):
-        start = jitckpt._C.cpu_allocations()
-        rewritten(X)  # moves the average (after about half the forward) and the norm's statistics
-        forward_allocations = jitckpt._C.cpu_allocations() - start
+        # (moves the average, after about half the forward, and the norm's statistics)
+        allocations = forward_allocations(rewritten)
         assert not same(buffers_of(rewritten), before)
         before = buffers_of(rewritten)
-        jitckpt._C.fail_cpu_allocation(max(1, int(position * forward_allocations)))
-        try:
-            with pytest.raises(RuntimeError, match="out of memory"):
-                rewritten(X)
-        finally:
-            jitckpt._C.fail_cpu_allocation(0)
+        fail_forward_at(rewritten, int(position * allocations))
     assert same(buffers_of(rewritten), before), "a forward that failed left buffers updated"
 
 
@@ -144,22 +157,12 @@ def test_a_buffer_that_forward_resizes_gets_its_shape_back():
     # process when a buffer had grown).
     rewritten = jitckpt.checkpoint(model, (X,), memory_limit="min", profile_repeats=1)
     assert torch.equal(model.history, torch.zeros(2)) and jitckpt.plan(rewritten)["num_stages"] >= 3
-    before = buffers_of(rewritten)
     with torch.jit.optimized_execution(False):
-        jitckpt._C.start_cpu_memory_counting()
-        start = jitckpt._C.cpu_allocations()
-        rewritten(X)
-        forward_allocations = jitckpt._C.cpu_allocations() - start
+        allocations = forward_allocations(rewritten)
         assert rewritten.history.shape == (3,)
         before = buffers_of(rewritten)
-        jitckpt._C.fail_cpu_allocation(max(1, int(0.9 * forward_allocations)))
-        try:
-            with pytest.raises(RuntimeError, match="out of memory"):  # the call's error, not the rollback's
-                rewritten(X)
-        finally:
-            jitckpt._C.fail_cpu_allocation(0)
+        fail_forward_at(rewritten, int(0.9 * allocations))
     assert same(buffers_of(rewritten), before), "a forward that failed left a resized buffer"
-
 
 
 class Deterministic(nn.Module):
