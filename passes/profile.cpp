@@ -302,6 +302,7 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   TORCH_CHECK(options.repeats >= 1 && options.warmup >= 0,
               "profileStages: repeats must be >= 1 and warmup >= 0, got ", options.repeats, " and ",
               options.warmup);
+  stages->checkWrittenTensorsShareNoMemory(arguments.lifted_tensors);
   const c10::Device device = chainDevice(arguments).value_or(c10::Device(c10::kCPU));
   auto probe = probes::makeMemoryProbe(device);  // first: it must see the frees of what follows
   auto stopwatch = probes::makeStopwatch(device);

@@ -222,4 +222,31 @@ torch::jit::Code& ChainStages::code(int l) const {
   return *code;
 }
 
+void ChainStages::checkWrittenTensorsShareNoMemory(
+    const std::vector<at::Tensor>& lifted_tensors) const {
+  std::unordered_set<size_t> written;
+  for (const auto& stage : stages_)
+    written.insert(stage.mutated_lifted.begin(), stage.mutated_lifted.end());
+  if (written.empty()) return;
+  // storage -> the first lifted entry seen on it
+  std::unordered_map<const c10::StorageImpl*, size_t> first;
+  for (size_t k = 0; k < lifted_.size(); ++k) {
+    if (lifted_[k].kind == LiftedKind::Scalar || position_[k] >= lifted_tensors.size()) continue;
+    const at::Tensor& t = lifted_tensors[position_[k]];
+    if (!t.defined() || !t.has_storage()) continue;
+    const auto [it, inserted] = first.emplace(t.storage().unsafeGetStorageImpl(), k);
+    if (inserted) continue;
+    const size_t other = it->second;
+    const at::Tensor& u = lifted_tensors[position_[other]];
+    if (u.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) continue;  // one tensor, two names
+    TORCH_CHECK(!written.count(k) && !written.count(other), "jitckpt: '", lifted_[other].name,
+                "' and '", lifted_[k].name,
+                "' share memory (one is a view of the other) and the checkpointed layers write ",
+                written.count(k) ? lifted_[k].name : lifted_[other].name,
+                " in place: a recomputation would read the other as the call began, and the "
+                "gradients would be wrong. Register them as separate tensors (clone one), or keep "
+                "the layers that write them out of the checkpointed forward");
+  }
+}
+
 }  // namespace jitckpt

@@ -82,6 +82,12 @@ class ChainStages {
 
   torch::jit::Code& code(int l) const;  // stage l compiled, once per process
 
+  // Refuses (TORCH_CHECK) lifted tensors, `lifted_tensors` in position order, where a stage
+  // writes one that shares memory with another (a buffer registered as a view of another): the
+  // runtime keeps each written tensor's values per tensor, so a stage reading the other would see
+  // it as the call began. The same tensor lifted under several names is fine.
+  void checkWrittenTensorsShareNoMemory(const std::vector<at::Tensor>& lifted_tensors) const;
+
  private:
   std::vector<StageSpec> stages_;
   std::vector<bool> random_;

@@ -308,6 +308,32 @@ def test_buffers_written_through_views_are_written_as_the_model_writes_them(limi
     assert_same_training(f"view-written buffers at {limit}", train(family.make(0), family), train(rewritten, family))
 
 
+class SharedMemoryBuffers(torch.nn.Module):
+    """'row' is registered as a view of 'big': the first block writes row, a later one reads big."""
+
+    def __init__(self):
+        super().__init__()
+        big = torch.zeros(4, 8)
+        self.register_buffer("big", big)
+        self.register_buffer("row", big[1])
+        conv = lambda c_in: torch.nn.Sequential(torch.nn.Conv2d(c_in, 8, 3, padding=1), torch.nn.Tanh())
+        self.first = torch.nn.Sequential(conv(3), conv(8))
+        self.rest = torch.nn.Sequential(*[conv(8) for _ in range(3)])
+
+    def forward(self, x):
+        x = self.first(x)
+        self.row.add_(x.detach().mean(dim=(0, 2, 3)))
+        return self.rest(x * self.big.sum(0).view(1, 8, 1, 1)).mean(dim=(2, 3))
+
+
+def test_buffers_that_share_memory_where_one_is_written_are_refused():
+    torch.manual_seed(0)
+    model = torch.jit.script(SharedMemoryBuffers().train())
+    # (a recomputation would read 'big' as the call began: wrong gradients, once)
+    with pytest.raises(RuntimeError, match=r"'row' and 'big' share memory .* write row in place.*clone one"):
+        jitckpt.checkpoint(model, (torch.randn(2, 3, 16, 16),), memory_limit="min")
+
+
 def test_partition_shows_bytes_per_boundary_and_side_values():
     family = families.FAMILIES["gpt_mask_input"]("test")
     info = jitckpt.partition(family.make(0), family.inputs)
