@@ -390,6 +390,37 @@ def encoder_decoder(size: str = "test", device: str = "cpu") -> Family:
                    2 * layers, device, f"encoder-decoder, {layers}+{layers} blocks, d {d}, {heads} heads")
 
 
+class TorchTransformer(nn.Module):
+    """PyTorch's own nn.Transformer as a translation model: token embeddings, the causal target
+    mask built in forward, source padding masked in the encoder and in cross-attention."""
+
+    def __init__(self, vocab: int, d: int, heads: int, layers: int, dropout: float):
+        super().__init__()
+        self.src_emb = nn.Embedding(vocab, d)
+        self.tgt_emb = nn.Embedding(vocab, d)
+        self.transformer = nn.Transformer(d, heads, layers, layers, 4 * d, dropout, batch_first=True)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, src: Tensor, tgt: Tensor, src_padding: Tensor) -> Tensor:
+        t = tgt.size(1)
+        causal = torch.triu(torch.full((t, t), float("-inf"), device=tgt.device), diagonal=1)
+        x = self.transformer(self.src_emb(src), self.tgt_emb(tgt), tgt_mask=causal,
+                             src_key_padding_mask=src_padding, memory_key_padding_mask=src_padding)
+        return self.head(x)
+
+
+def torch_transformer(size: str = "test", device: str = "cpu") -> Family:
+    b, t, vocab, d, heads, layers = _pick(size, (4, 16, 32, 16, 2, 3), (4, 128, 1024, 256, 4, 6))
+    g = _generator()
+    src = torch.randint(0, vocab, (b, t), generator=g)
+    tgt = torch.randint(0, vocab, (b, t), generator=g)
+    src_padding = torch.zeros(b, t, dtype=torch.bool)
+    src_padding[-1, t - t // 4:] = True  # the last source is padded at its end
+    return _family("torch_transformer", lambda: TorchTransformer(vocab, d, heads, layers, 0.1),
+                   (src, tgt, src_padding), 2 * layers, device,
+                   f"nn.Transformer, {layers}+{layers} layers, d {d}, {heads} heads")
+
+
 # --------------------------------------------------------------------------------------------
 # CNNs
 
@@ -699,6 +730,7 @@ FAMILIES: Dict[str, Callable[..., Family]] = {
     "gpt_mask_builtin": gpt_mask_builtin,
     "bert_encoder": bert_encoder,
     "encoder_decoder": encoder_decoder,
+    "torch_transformer": torch_transformer,
     "two_input": two_input,
     "unet": unet,
     "densenet121": densenet121,

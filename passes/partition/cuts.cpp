@@ -209,17 +209,36 @@ std::vector<Cut> validCuts(const TopLevelNodes& top, const torch::jit::AliasDb& 
   return cuts;
 }
 
-// How many heavy ops the chain of `cuts` can separate: the gaps between heavy ops that hold a cut.
-size_t separableGaps(const std::vector<Cut>& cuts, const HeavyOpCounts& heavy) {
+// How well the chain of `cuts` can separate heavy ops: first the gaps between heavy ops that hold a
+// cut (more is better), then the most heavy ops between two consecutive cuts (fewer is better).
+struct Separation {
+  size_t gaps = 0;
+  int largest_stage = 0;
+  bool betterThan(const Separation& other) const {
+    return gaps != other.gaps ? gaps > other.gaps : largest_stage < other.largest_stage;
+  }
+};
+
+Separation separation(const std::vector<Cut>& cuts, const HeavyOpCounts& heavy) {
+  Separation result;
   std::unordered_set<int> gaps;
-  for (const Cut& c : cuts) gaps.insert(heavy.before[c.position]);
-  return gaps.size();
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    gaps.insert(heavy.before[cuts[i].position]);
+    if (i > 0)
+      result.largest_stage =
+          std::max(result.largest_stage, heavy.between(cuts[i - 1].position, cuts[i].position));
+  }
+  result.gaps = gaps.size();
+  return result;
 }
 
 // The chain starts at the first position where it can; a later start can lift more values
 // computed before it (a flag or an optional mask that forward derives from its first layer's
 // output, as nn.TransformerEncoder does), so that more cuts become valid. Later starts up to the
-// first kMaxStartDelay positions are tried on graphs small enough to search.
+// first kMaxStartDelay positions are tried on graphs small enough to search; one is taken when it
+// separates more heavy ops, or as many with a smaller largest stage (nn.Transformer with three
+// encoder layers: its encoder in one stage after a stage per embedding, or a stage per layer with
+// the embeddings before the chain).
 constexpr size_t kMaxStartDelay = 64;
 constexpr size_t kMaxSearchedPositions = 4000;
 
@@ -228,14 +247,15 @@ std::vector<Cut> bestValidCuts(const TopLevelNodes& top, const torch::jit::Alias
   std::vector<Cut> best = validCuts(top, alias_db, written, top.chain_begin);
   if (best.empty() || top.end > kMaxSearchedPositions) return best;
   const HeavyOpCounts heavy = countHeavyOps(top);
-  size_t best_gaps = separableGaps(best, heavy);
+  Separation best_separation = separation(best, heavy);
   const size_t first = best.front().position;
   for (size_t start = first + 1; start <= std::min(top.end, first + kMaxStartDelay); ++start) {
     std::vector<Cut> cuts = validCuts(top, alias_db, written, start);
-    const size_t gaps = cuts.empty() ? 0 : separableGaps(cuts, heavy);
-    if (gaps > best_gaps) {
+    if (cuts.empty()) continue;
+    const Separation s = separation(cuts, heavy);
+    if (s.betterThan(best_separation)) {
       best = std::move(cuts);
-      best_gaps = gaps;
+      best_separation = s;
     }
   }
   return best;
