@@ -5,6 +5,7 @@
 
 #include <torch/csrc/jit/ir/alias_analysis.h>
 
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -22,17 +23,20 @@ Partition partitionGraph(std::shared_ptr<Graph> graph, const PartitionOptions& o
   steps::hoistAttributesAndConstants(*graph);  // 1
   steps::splitMixedIfs(*graph);
   steps::sinkTensorLists(*graph);  // 1c, before side computations are hoisted (1b)
-  torch::jit::AliasDb alias_db(graph);
-  const size_t num_side_nodes = steps::hoistSideComputations(*graph, alias_db);  // 1b
+  auto alias_db = std::make_unique<torch::jit::AliasDb>(graph);
+  const size_t num_side_nodes = steps::hoistSideComputations(*graph, *alias_db);  // 1b
+  // 1d; AliasDb must know the nodes it adds
+  if (steps::carryScalarsAsTensors(*graph, num_side_nodes) > 0)
+    alias_db = std::make_unique<torch::jit::AliasDb>(graph);
   const steps::TopLevelNodes top = steps::listTopLevel(*graph, num_side_nodes);
-  const steps::CandidateCuts candidates = steps::findCandidateCuts(top, alias_db, bytes);  // 2
+  const steps::CandidateCuts candidates = steps::findCandidateCuts(top, *alias_db, bytes);  // 2
 
   Partition partition;
   partition.graph = graph;
   partition.bytes_measured = !bytes.empty();
   const std::vector<const steps::Cut*> chosen =  // 3, 4
       steps::chooseCuts(top, candidates, steps::countHeavyOps(top), options, partition.warnings);
-  steps::buildStages(partition, top, chosen, alias_db);  // 5
+  steps::buildStages(partition, top, chosen, *alias_db);  // 5
   steps::labelStagesByModule(partition);
   return partition;
 }

@@ -112,12 +112,14 @@ std::string typeOf(const at::Tensor& t) {
 }
 
 std::optional<c10::Device> chainDevice(const ChainArguments& arguments) {
+  std::optional<c10::Device> device;
   for (const auto* tensors : {&arguments.inputs, &arguments.lifted_tensors}) {
     for (const auto& t : *tensors) {
-      if (t.defined()) return t.device();
+      if (t.defined() && !t.is_cpu()) return t.device();
+      if (t.defined()) device = t.device();
     }
   }
-  return std::nullopt;
+  return device;
 }
 
 std::vector<size_t> firstPositions(const Tensors& lifted) {

@@ -46,8 +46,9 @@ struct ChainArguments {
 // tensors among the lifted scalars (a padding mask), in order, then the parameters' types.
 InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments);
 
-// The chain's device: that of its first defined input, else of its first defined lifted tensor;
-// none when it holds no tensor.
+// The chain's device: that of its first input or lifted tensor on an accelerator, else the CPU's
+// when it holds a defined tensor (a flag carried as a CPU tensor beside CUDA activations does not
+// make a CUDA chain a CPU one); none when it holds no tensor.
 std::optional<c10::Device> chainDevice(const ChainArguments& arguments);
 
 // Runs `body` inside a backward node of its own, on the autograd engine's thread for `device`:

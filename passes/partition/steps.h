@@ -2,8 +2,9 @@
 //   1. hoistAttributesAndConstants (hoist.cpp): takes the inlined graph; moves GetAttr chains and
 //      constants to its front. 1b. hoistSideComputations (side.cpp) moves after them what does
 //      not read the main inputs' data (masks, position ids); 1c. sinkTensorLists (sink_lists.cpp)
-//      moves tensor lists to their first use. listTopLevel (cuts.cpp) then numbers the nodes after
-//      the constants.
+//      moves tensor lists to their first use; 1d. carryScalarsAsTensors (scalar_carriers.cpp)
+//      carries flags read layers later as tensors. listTopLevel (cuts.cpp) then numbers the nodes
+//      after the constants.
 //   2. findCandidateCuts (cuts.cpp): takes the top-level nodes; returns every valid cut with the
 //      boundary tensors it carries and their bytes, each marked when a later node writes its
 //      boundary in place.
@@ -81,6 +82,15 @@ size_t hoistSideComputations(Graph& graph, const torch::jit::AliasDb& alias_db);
 // collected for a List[Tensor] return) would otherwise be live from the start, where no cut may
 // carry it, and leave no place for the chain to begin. Returns how many moved.
 size_t sinkTensorLists(Graph& graph);
+
+// ---- 1d. Scalars carried as tensors (scalar_carriers.cpp) ----
+
+// Each bool, int or float that a top-level node after the first `num_side_nodes` computes and
+// that is read past a heavy op (nn.Transformer's tgt_is_causal on PyTorch 2.x, from the target's
+// length, read by every decoder layer) is carried as a 0-dim CPU tensor instead, made right after
+// it and read back right before each top-level node that reads it, so that cuts between the layers
+// stay valid. Returns how many were carried (AliasDb must be built after).
+size_t carryScalarsAsTensors(Graph& graph, size_t num_side_nodes);
 
 // ---- Top-level positions (cuts.cpp) ----
 

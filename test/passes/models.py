@@ -202,6 +202,27 @@ class TwoSequences(nn.Module):
         return x
 
 
+class FlagAcrossLayers(nn.Module):
+    """A flag and a scale that forward derives from its first layer's output and every later layer
+    reads (as nn.TransformerDecoder's tgt_is_causal on PyTorch 2.x): carried across cuts as
+    tensors, so that each layer stays a stage."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(8, 8)
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(3)])
+
+    def forward(self, x):
+        h = self.first(x)
+        wide = h.size(0) > 2
+        scale = 1.0 / h.size(-1)
+        for layer in self.layers:
+            h = layer(h) * scale
+            if wide:
+                h = torch.relu(h)
+        return h
+
+
 class SkipNet(nn.Module):
     """A two-level U-Net: the skips are live across the cuts of the bottom, so those cuts carry
     several tensors."""
@@ -268,7 +289,7 @@ MODELS = {
     m.__name__: m
     for m in [PlainChain, Residual, InplaceResidual, BasicBlocks, WithBatchNorm, TwoTensorBoundary, WithLoop, NoCut,
               GlobalSkip, Nested, PrologueEpilogue, MaskedBlocks, TwoSequences, SkipNet, DenseList, CollectedOutputs,
-              Recurrent]
+              Recurrent, FlagAcrossLayers]
 }
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Partition of scripted torchvision models: stage counts derived from the architectures, and the
 piecewise run (prologue, each stage graph alone, epilogue) equal to the module, bit for bit."""
 import copy
+import os
 import re
+import sys
 from typing import List
 
 import pytest
@@ -9,6 +11,10 @@ import torch
 import torchvision
 
 import jitckpt
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+
+import families  # noqa: E402
 
 # name -> (constructor kwargs, input size, expected stage count, why)
 MODELS = {
@@ -270,3 +276,19 @@ def test_a_mask_made_inside_a_stage_is_not_a_write_to_its_input():
     assert info["num_stages"] >= 3
     assert not any(info["writes_activation_input"]), info["writes_activation_input"]
     assert not any("writes its input" in str(w.message) for w in caught)
+
+
+def test_torch_transformer_gets_a_stage_per_layer_and_sublayer():
+    """PyTorch's own nn.Transformer (bench/families.py, 3 + 3 layers). On 2.x its decoder derives
+    tgt_is_causal from the target's length and every decoder layer reads it: as a bool live across
+    the layers it left no cut between them (3 decoder stages), now it crosses them as a tensor and
+    each self-attention, cross-attention and feed-forward block is a stage. On 1.13 the encoder's
+    fast-path flags come from its input: the chain starts after them, with the embeddings before it,
+    where that separates as many heavy ops as starting at the embeddings (a tie, decided by the
+    largest stage, that left the encoder in one stage)."""
+    family = families.FAMILIES["torch_transformer"]("test")
+    layers = family.blocks // 2
+    labels = jitckpt.partition(family.make(0), family.inputs)["labels"]
+    encoder = [label for label in labels if label.startswith("transformer.encoder")]
+    decoder = [label for label in labels if label.startswith("transformer.decoder")]
+    assert len(encoder) >= layers and len(decoder) >= 2 * layers, labels
