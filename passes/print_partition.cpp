@@ -62,7 +62,7 @@ void printPartition(std::ostream& out, const Partition& partition) {
   }
   for (size_t s = 0; s < partition.stages.size(); ++s) {
     const Stage& stage = partition.stages[s];
-    out << "stage " << s << " \"" << stage.label << "\"";
+    out << "stage " << s + 1 << " \"" << stage.label << "\"";  // 1..L, as in the plan
     if (stage.writes_activation_input) out << " writes-input";
     if (s < partition.boundary_bytes.size()) {
       out << "  (boundary " << partition.boundary_bytes[s]

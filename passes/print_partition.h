@@ -1,6 +1,6 @@
 // Stable text form of a Partition for humans and FileCheck: the chain's boundaries (with sizes
-// when shapes are known), its lifted inputs, and each stage's graph. No addresses, no source
-// ranges.
+// when shapes are known), its lifted inputs, and each stage's graph, stages numbered 1..L as in the
+// plan and in errors. No addresses, no source ranges.
 #pragma once
 
 #include <ostream>
