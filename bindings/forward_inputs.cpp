@@ -3,13 +3,15 @@
 
 #include <torch/csrc/jit/python/pybind_utils.h>
 
+#include "passes/example_copies.h"
+
 namespace jitckpt::bindings {
 
 std::vector<c10::IValue> forwardInputs(const torch::jit::Module& module,
                                        const pybind11::sequence& inputs) {
   const auto& graph_inputs = module.get_method("forward").graph()->inputs();
   if (inputs.size() == 0) return {};
-  TORCH_CHECK(inputs.size() + 1 == graph_inputs.size(), "forward takes ", graph_inputs.size() - 1,
+  TORCH_CHECK(inputs.size() + 1 <= graph_inputs.size(), "forward takes ", graph_inputs.size() - 1,
               " input(s) besides self, but ", inputs.size(), " were given");
   const auto& arguments = module.get_method("forward").function().getSchema().arguments();
   std::vector<c10::IValue> values;
@@ -21,7 +23,7 @@ std::vector<c10::IValue> forwardInputs(const torch::jit::Module& module,
         "' is a Tensor: pass a tensor of the shape, dtype and device that training passes");
     values.push_back(torch::jit::toIValue(inputs[i], graph_inputs[i + 1]->type()));
   }
-  return values;
+  return withForwardDefaults(module, std::move(values));
 }
 
 }  // namespace jitckpt::bindings

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <set>
 
+#include "passes/example_copies.h"
 #include "passes/partition_module.h"
 #include "passes/profile.h"
 #include "passes/prologue.h"
@@ -112,9 +113,10 @@ int64_t epilogueGradientBytes(const torch::jit::Module& module, const Partition&
 }  // namespace
 
 torch::jit::Module checkpoint(const torch::jit::Module& module,
-                              const std::vector<c10::IValue>& example_inputs,
+                              const std::vector<c10::IValue>& given_inputs,
                               const MemoryLimit& limit, const CheckpointOptions& options) {
   checkOptions(options);
+  const std::vector<c10::IValue> example_inputs = withForwardDefaults(module, given_inputs);
   auto report = [&](const std::string& line) {
     if (options.progress)
       options.progress(line);

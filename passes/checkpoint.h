@@ -45,9 +45,9 @@ struct CheckpointOptions {
   bool verbose = false;
 };
 
-// Errors (TORCH_CHECK) say what was wrong and what to do: a module already rewritten, example
-// inputs that do not fit forward, a stage that fails on them, an impossible limit (with the
-// smallest limit that works).
+// Example inputs may stop before arguments that have defaults, as a call may. Errors (TORCH_CHECK)
+// say what was wrong and what to do: a module already rewritten, example inputs that do not fit
+// forward, a stage that fails on them, an impossible limit (with the smallest limit that works).
 torch::jit::Module checkpoint(const torch::jit::Module& module,
                               const std::vector<c10::IValue>& example_inputs,
                               const MemoryLimit& limit, const CheckpointOptions& options = {});

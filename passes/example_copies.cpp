@@ -87,6 +87,23 @@ bool writesItsInputs(const std::shared_ptr<torch::jit::Graph>& graph) {
   return false;
 }
 
+std::vector<c10::IValue> withForwardDefaults(const torch::jit::Module& module,
+                                             std::vector<c10::IValue> inputs) {
+  if (inputs.empty()) return inputs;
+  const auto& arguments = module.get_method("forward").function().getSchema().arguments();
+  const size_t expected = arguments.size() - 1;  // without self
+  TORCH_CHECK(inputs.size() <= expected, "forward takes ", expected, " input(s) besides self, but ",
+              inputs.size(), " were given");
+  for (size_t i = inputs.size(); i < expected; ++i) {
+    const c10::Argument& argument = arguments[i + 1];
+    TORCH_CHECK(argument.default_value().has_value(), "forward's argument '", argument.name(),
+                "' has no default, but the example inputs stop before it (", inputs.size(), " of ",
+                expected, " given): pass a value for it as training does");
+    inputs.push_back(*argument.default_value());
+  }
+  return inputs;
+}
+
 std::vector<c10::IValue> examplesToRunOn(const std::shared_ptr<torch::jit::Graph>& graph,
                                          const std::vector<c10::IValue>& example_inputs) {
   if (!writesItsInputs(graph)) return example_inputs;

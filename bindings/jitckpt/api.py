@@ -98,7 +98,7 @@ def checkpoint(
     Without example_inputs the rewrite happens now and the plan at the first training call, for
     its inputs and on its device (profiling that call's stages first), then once for every new
     input shape, dtype or device; inference and torch.no_grad() calls never plan. With them, the
-    plan is made here.
+    plan is made here; like a call, they may stop before arguments that have defaults.
 
     memory_limit: bytes (int), a string ("512MiB", "2GiB", "50%"), a fraction (float) of the
     unconstrained peak (activations and the chain's parameter gradients), "min" (the smallest limit that works, with the fastest

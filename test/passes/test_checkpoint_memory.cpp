@@ -104,5 +104,41 @@ TEST(TrainingStepMemory, TinyResNetStaysWithinTheLimitAndTracksThePrediction) {
   EXPECT_GE(tested, 2) << "at least the unlimited and one checkpointed limit must be feasible";
 }
 
+// forward(x, scale=2.0): a C++ caller's module.forward({x}) runs with scale 2.0, and so do
+// planning on {x} and the rewrite. An argument without a default left out is an error naming it.
+TEST(CheckpointApi, ExampleInputsMayLeaveOutArgumentsWithDefaults) {
+  torch::manual_seed(0);
+  torch::jit::Module m("WithDefaults");
+  m.register_attribute("training", c10::BoolType::get(), true);
+  m.register_parameter("w1", torch::randn({8, 8}).requires_grad_(), false);
+  m.register_parameter("w2", torch::randn({8, 8}).requires_grad_(), false);
+  m.define(R"(
+    def forward(self, x, scale: float = 2.0):
+        a = torch.relu(torch.mm(x, self.w1)) * scale
+        return torch.tanh(torch.mm(a, self.w2)) * scale
+  )");
+  const torch::Tensor x = torch::randn({4, 8});
+  CheckpointOptions options;
+  options.profile_repeats = 1;
+  options.progress = [](const std::string&) {};
+  torch::jit::Module rewritten = checkpoint(m, {x}, MemoryLimit::unlimited(), options);
+  PlainInterpreter plain;
+  EXPECT_TRUE(torch::equal(rewritten.forward({x}).toTensor(), m.forward({x}).toTensor()));
+
+  torch::jit::Module two("TwoInputs");
+  two.register_parameter("w", torch::randn({8, 8}).requires_grad_(), false);
+  two.define(R"(
+    def forward(self, x, y, scale: float = 2.0):
+        return torch.relu(torch.mm(x, self.w)) * scale + y
+  )");
+  try {
+    checkpoint(two, {x}, MemoryLimit::unlimited(), options);
+    ADD_FAILURE() << "a left-out argument without a default was accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("argument 'y' has no default"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace jitckpt

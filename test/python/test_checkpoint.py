@@ -3,7 +3,7 @@ import io
 import os
 import subprocess
 import sys
-from typing import List
+from typing import List, Optional
 
 import pytest
 import torch
@@ -430,3 +430,41 @@ def test_no_limit_plans_every_strategy_even_where_it_needs_more_than_no_checkpoi
             model(x).square().sum().backward()
     for (name, a), (_, b) in zip(reference.named_parameters(), rewritten.named_parameters()):
         assert torch.equal(a.grad, b.grad), name
+
+
+class WithDefaults(nn.Module):
+    """Forward with arguments after the input that have defaults (a scale, an optional mask)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(4)])
+
+    def forward(self, x, y, scale: float = 2.0, mask: Optional[torch.Tensor] = None):
+        for layer in self.layers:
+            x = torch.relu(layer(x)) * scale + y
+            if mask is not None:
+                x = x * mask
+        return x
+
+
+def test_example_inputs_may_leave_out_arguments_with_defaults():
+    """model(x, y) runs forward with scale 2.0 and no mask: so do planning on (x, y) and the rewrite
+    (it failed: forward takes 4 inputs but 2 were given). An argument without a default left out is
+    an error that names it."""
+    x, y = torch.randn(4, 8), torch.randn(8)
+
+    def make():
+        torch.manual_seed(0)
+        return torch.jit.script(WithDefaults())
+
+    assert jitckpt.partition(make(), (x, y))["num_stages"] == 4
+    model, reference = jitckpt.checkpoint(make(), (x, y), memory_limit="min"), make()
+    assert jitckpt.plan(model)["num_stages"] == 4
+    for m in (model, reference):
+        m(x, y).pow(2).sum().backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        assert torch.equal(p.grad, q.grad), name
+    with pytest.raises(RuntimeError, match="argument 'y' has no default, but the example inputs stop before it"):
+        jitckpt.checkpoint(make(), (x,), memory_limit="min")
+    with pytest.raises(RuntimeError, match="forward takes 4 input"):
+        jitckpt.checkpoint(make(), (x, y, 1.0, None, 2), memory_limit="min")
