@@ -58,6 +58,9 @@ struct Partition {
   std::vector<int64_t> boundary_bytes;
   bool bytes_measured = false;
   std::vector<std::string> warnings;  // e.g. why there is only one stage
+  // The inlined forward before the partition's edits (hoisting, flags carried as tensors), for
+  // jitckpt.strip; partitionClone sets it.
+  std::shared_ptr<torch::jit::Graph> original_forward;
 };
 
 // Bytes of the top-level tensors of a graph, measured on example inputs (measureValueBytes, in

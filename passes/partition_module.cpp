@@ -131,7 +131,9 @@ PartitionedClone partitionClone(const torch::jit::Module& module, const Partitio
       example_inputs.empty()
           ? ValueBytes{}
           : measureValueBytes(clone, *graph, examplesToRunOn(graph, example_inputs));
+  auto original_forward = graph->copy();
   Partition partition = partitionGraph(graph, options, bytes);
+  partition.original_forward = std::move(original_forward);
   bindOptionalTensors(clone, partition);
   return {std::move(clone), std::move(partition)};
 }

@@ -164,6 +164,8 @@ def test_strip_gives_back_the_original_forward(family, tmp_path):
     plain = jitckpt.strip(rewritten)
     assert not jitckpt.is_rewritten(plain)
     assert "jitckpt::chain" not in str(plain.forward.graph) and "jitckpt::chain" in str(rewritten.forward.graph)
+    # ... as it was before the partition, without the flags it carries across cuts as tensors.
+    assert "_carried" not in str(plain.forward.graph)
     # It shares the parameters of the rewritten module, and trains like the unmodified model.
     assert all(a is b for a, b in zip(plain.parameters(), rewritten.parameters()))
     assert_same_training(f"{family.name}, stripped", train(family.make(0), family), train(plain, family))
