@@ -25,10 +25,10 @@ Partition partitionGraph(std::shared_ptr<Graph> graph, const PartitionOptions& o
   steps::sinkTensorLists(*graph);  // 1c, before side computations are hoisted (1b)
   auto alias_db = std::make_unique<torch::jit::AliasDb>(graph);
   const size_t num_side_nodes = steps::hoistSideComputations(*graph, *alias_db);  // 1b
-  // 1d; AliasDb must know the nodes it adds
-  if (steps::carryScalarsAsTensors(*graph, num_side_nodes) > 0)
-    alias_db = std::make_unique<torch::jit::AliasDb>(graph);
-  const steps::TopLevelNodes top = steps::listTopLevel(*graph, num_side_nodes);
+  auto carried_flags = steps::carryScalarsAsTensors(*graph, num_side_nodes);      // 1d
+  if (!carried_flags.empty()) alias_db = std::make_unique<torch::jit::AliasDb>(graph);
+  const steps::TopLevelNodes top =
+      steps::listTopLevel(*graph, num_side_nodes, std::move(carried_flags));
   const steps::CandidateCuts candidates = steps::findCandidateCuts(top, *alias_db, bytes);  // 2
 
   Partition partition;

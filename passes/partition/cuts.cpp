@@ -234,13 +234,30 @@ Separation separation(const std::vector<Cut>& cuts, const HeavyOpCounts& heavy) 
 
 // The chain starts at the first position where it can; a later start can lift more values
 // computed before it (a flag or an optional mask that forward derives from its first layer's
-// output, as nn.TransformerEncoder does), so that more cuts become valid. Later starts up to the
-// first kMaxStartDelay positions are tried on graphs small enough to search; one is taken when it
-// separates more heavy ops, or as many with a smaller largest stage (nn.Transformer with three
-// encoder layers: its encoder in one stage after a stage per embedding, or a stage per layer with
-// the embeddings before the chain).
+// output, as nn.TransformerEncoder does), so that more cuts become valid. Later starts up to
+// kMaxStartDelay positions on are tried on graphs small enough to search, as long as every tensor
+// made before the later start lives on into the chain (as its input: the embeddings of the token
+// ids, an input projection): what runs before the chain is held through the step outside the
+// plan, and a tensor that died there was a layer's activation, kept for its backward (a
+// convolution stem left before the chain measured 13 times the limit at "min"). One is taken when
+// it separates more heavy ops, or as many with a smaller largest stage.
 constexpr size_t kMaxStartDelay = 64;
 constexpr size_t kMaxSearchedPositions = 4000;
+
+// Whether each of `made` that carries the main inputs' data is used at or after `start`, or may
+// be a view of one that is (the encoder's stream, which is its input or a nested tensor made from
+// it). Masks built from shapes on the way are no layer's activations.
+bool allLiveInto(const std::vector<Value*>& made, size_t start, const TopLevelNodes& top,
+                 const torch::jit::AliasDb& alias_db) {
+  auto live = [&](const Value* v) { return top.lastUse(v) >= start; };
+  for (Value* v : made) {
+    if (live(v) || !top.from_main.count(v)) continue;
+    const bool viewed = std::any_of(made.begin(), made.end(),
+                                    [&](Value* w) { return live(w) && alias_db.mayAlias(v, w); });
+    if (!viewed) return false;
+  }
+  return true;
+}
 
 std::vector<Cut> bestValidCuts(const TopLevelNodes& top, const torch::jit::AliasDb& alias_db) {
   WrittenAfterDefinition written(top, alias_db);
@@ -249,7 +266,13 @@ std::vector<Cut> bestValidCuts(const TopLevelNodes& top, const torch::jit::Alias
   const HeavyOpCounts heavy = countHeavyOps(top);
   Separation best_separation = separation(best, heavy);
   const size_t first = best.front().position;
-  for (size_t start = first + 1; start <= std::min(top.end, first + kMaxStartDelay); ++start) {
+  const size_t last = std::min(top.end, first + kMaxStartDelay);
+  std::vector<Value*> made_before;  // tensors made in [first, start)
+  for (size_t start = first + 1; start <= last; ++start) {
+    for (Value* v : top.nodes[start - 1]->outputs()) {
+      if (containsTensor(v->type()) && !v->uses().empty()) made_before.push_back(v);
+    }
+    if (!allLiveInto(made_before, start, top, alias_db)) break;
     std::vector<Cut> cuts = validCuts(top, alias_db, written, start);
     if (cuts.empty()) continue;
     const Separation s = separation(cuts, heavy);
@@ -261,8 +284,12 @@ std::vector<Cut> bestValidCuts(const TopLevelNodes& top, const torch::jit::Alias
   return best;
 }
 
-int64_t boundaryBytes(const std::vector<Value*>& live, const ValueBytes& bytes) {
-  if (bytes.empty()) return static_cast<int64_t>(live.size());
+int64_t boundaryBytes(const std::vector<Value*>& live, const ValueBytes& bytes,
+                      const std::unordered_set<const Value*>& carried_flags) {
+  if (bytes.empty()) {
+    return std::count_if(live.begin(), live.end(),
+                         [&](const Value* v) { return !carried_flags.count(v); });
+  }
   int64_t total = 0;
   for (const Value* v : live) {
     auto it = bytes.find(v);
@@ -297,8 +324,10 @@ size_t TopLevelNodes::definedAt(const Value* v) const {
   return v->node() == graph->param_node() ? 0 : index.at(v->node()) + 1;
 }
 
-TopLevelNodes listTopLevel(Graph& graph, size_t num_side_nodes) {
+TopLevelNodes listTopLevel(Graph& graph, size_t num_side_nodes,
+                           std::unordered_set<const Value*> carried_flags) {
   TopLevelNodes top;
+  top.carried_flags = std::move(carried_flags);
   top.chain_begin = num_side_nodes;
   top.graph = &graph;
   top.block = graph.block();
@@ -339,7 +368,7 @@ CandidateCuts findCandidateCuts(const TopLevelNodes& top, const torch::jit::Alia
     if (writes) writers.push_back(i);
   }
   for (Cut& c : candidates.cuts) {
-    c.bytes = boundaryBytes(c.live, bytes);
+    c.bytes = boundaryBytes(c.live, bytes, top.carried_flags);
     const torch::jit::ValueSet live(c.live.begin(), c.live.end());
     auto w = std::lower_bound(writers.begin(), writers.end(), c.position);
     for (; w != writers.end() && !c.written_later; ++w) {

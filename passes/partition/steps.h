@@ -85,12 +85,13 @@ size_t sinkTensorLists(Graph& graph);
 
 // ---- 1d. Scalars carried as tensors (scalar_carriers.cpp) ----
 
-// Each bool, int or float that a top-level node after the first `num_side_nodes` computes and
-// that is read past a heavy op (nn.Transformer's tgt_is_causal on PyTorch 2.x, from the target's
-// length, read by every decoder layer) is carried as a 0-dim CPU tensor instead, made right after
-// it and read back right before each top-level node that reads it, so that cuts between the layers
-// stay valid. Returns how many were carried (AliasDb must be built after).
-size_t carryScalarsAsTensors(Graph& graph, size_t num_side_nodes);
+// Each bool, int, float or Scalar (`.item()`) that a top-level node after the first
+// `num_side_nodes` computes and that is read past a heavy op crosses cuts as a 0-dim CPU tensor
+// instead, made right after it and read back right before each top-level node that reads it, so
+// that cuts between layers stay valid where forward derives a flag from an activation
+// (nn.TransformerDecoder's tgt_is_causal on PyTorch 2.x, read by every layer). Returns the
+// carriers (AliasDb must be built after, when any).
+std::unordered_set<const Value*> carryScalarsAsTensors(Graph& graph, size_t num_side_nodes);
 
 // ---- Top-level positions (cuts.cpp) ----
 
@@ -114,6 +115,9 @@ struct TopLevelNodes {
   // the chain that is not one of them is a side value: handed to the stages that read it, never
   // part of a boundary.
   std::unordered_set<const Value*> from_main;
+  // The 0-dim tensors that carry flags and numbers (carryScalarsAsTensors): no unit of a
+  // boundary's tensor count.
+  std::unordered_set<const Value*> carried_flags;
 
   // `self`, or a GetAttr or constant of the hoisted prefix.
   bool isHoisted(const Value* v) const;
@@ -126,8 +130,10 @@ struct TopLevelNodes {
 // The top-level node that contains `n` (itself when top-level).
 Node* topLevelOwner(Node* n, const torch::jit::Block* top);
 
-// Call after hoistAttributesAndConstants; `num_side_nodes` from hoistSideComputations.
-TopLevelNodes listTopLevel(Graph& graph, size_t num_side_nodes = 0);
+// Call after hoistAttributesAndConstants; `num_side_nodes` from hoistSideComputations,
+// `carried_flags` from carryScalarsAsTensors.
+TopLevelNodes listTopLevel(Graph& graph, size_t num_side_nodes = 0,
+                           std::unordered_set<const Value*> carried_flags = {});
 
 // The values of `top` that carry the main inputs' data (side.cpp).
 std::unordered_set<const Value*> valuesFromMainInputs(const TopLevelNodes& top);

@@ -204,8 +204,8 @@ class TwoSequences(nn.Module):
 
 class FlagAcrossLayers(nn.Module):
     """A flag and a scale that forward derives from its first layer's output and every later layer
-    reads (as nn.TransformerDecoder's tgt_is_causal on PyTorch 2.x): carried across cuts as
-    tensors, so that each layer stays a stage."""
+    reads (as nn.TransformerDecoder's tgt_is_causal on PyTorch 2.x): carried across cuts as tensors,
+    so that each layer stays a stage."""
 
     def __init__(self):
         super().__init__()

@@ -282,10 +282,11 @@ def test_torch_transformer_gets_a_stage_per_layer_and_sublayer():
     """PyTorch's own nn.Transformer (bench/families.py, 3 + 3 layers). On 2.x its decoder derives
     tgt_is_causal from the target's length and every decoder layer reads it: as a bool live across
     the layers it left no cut between them (3 decoder stages), now it crosses them as a tensor and
-    each self-attention, cross-attention and feed-forward block is a stage. On 1.13 the encoder's
-    fast-path flags come from its input: the chain starts after them, with the embeddings before it,
-    where that separates as many heavy ops as starting at the embeddings (a tie, decided by the
-    largest stage, that left the encoder in one stage)."""
+    each self-attention, cross-attention and feed-forward block is a stage. The encoder's optional
+    padding mask for its layers comes from its input: the chain starts after it, with the
+    embeddings before the chain, where that separates as many heavy ops as starting at the
+    embeddings (a tie at 3 layers, decided by the largest stage, that left the encoder in one
+    stage)."""
     family = families.FAMILIES["torch_transformer"]("test")
     layers = family.blocks // 2
     labels = jitckpt.partition(family.make(0), family.inputs)["labels"]
