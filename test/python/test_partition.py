@@ -293,3 +293,39 @@ def test_torch_transformer_gets_a_stage_per_layer_and_sublayer():
     encoder = [label for label in labels if label.startswith("transformer.encoder")]
     decoder = [label for label in labels if label.startswith("transformer.decoder")]
     assert len(encoder) >= layers and len(decoder) >= 2 * layers, labels
+
+
+class ItemScale(torch.nn.Module):
+    """A scale that forward reads off its first layer's output with .item() (a TorchScript Scalar)
+    and every block applies."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(8, 8)
+        self.blocks = torch.nn.ModuleList([torch.nn.Linear(8, 8) for _ in range(3)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.first(x)
+        scale = h.detach().std().item()
+        for block in self.blocks:
+            h = torch.tanh(block(h)) * scale
+        return h
+
+
+def test_a_number_from_item_crosses_cuts():
+    """The scale crosses the cuts between the blocks as a 0-dim tensor (each block was in one stage
+    with it), and training at "min" is bit for bit."""
+    x = torch.randn(4, 8)
+
+    def make():
+        torch.manual_seed(0)
+        return torch.jit.script(ItemScale())
+
+    labels = jitckpt.partition(make(), (x,))["labels"]
+    assert labels == ["first", "blocks.0", "blocks.1", "blocks.2"], labels
+    model, reference = jitckpt.checkpoint(make(), (x,), memory_limit="min"), make()
+    for m in (model, reference):
+        with torch.jit.optimized_execution(False):
+            m(x).pow(2).sum().backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        assert torch.equal(p.grad, q.grad), name
