@@ -379,15 +379,22 @@ class EncoderDecoder(nn.Module):
         return self.head(self.ln_f(x))
 
 
-def encoder_decoder(size: str = "test", device: str = "cpu") -> Family:
-    b, t, vocab, d, heads, layers = _pick(size, (4, 16, 32, 16, 2, 2), (4, 128, 1024, 256, 4, 6))
+def _translation_batch(b: int, t: int, vocab: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """Source and target token ids, and the source padding mask: the last source is padded at its
+    end."""
     g = _generator()
     src = torch.randint(0, vocab, (b, t), generator=g)
     tgt = torch.randint(0, vocab, (b, t), generator=g)
     src_padding = torch.zeros(b, t, dtype=torch.bool)
-    src_padding[-1, t - t // 4:] = True  # the last source is padded at its end
-    return _family("encoder_decoder", lambda: EncoderDecoder(vocab, d, heads, layers, 0.1), (src, tgt, src_padding),
-                   2 * layers, device, f"encoder-decoder, {layers}+{layers} blocks, d {d}, {heads} heads")
+    src_padding[-1, t - t // 4:] = True
+    return src, tgt, src_padding
+
+
+def encoder_decoder(size: str = "test", device: str = "cpu") -> Family:
+    b, t, vocab, d, heads, layers = _pick(size, (4, 16, 32, 16, 2, 2), (4, 128, 1024, 256, 4, 6))
+    return _family("encoder_decoder", lambda: EncoderDecoder(vocab, d, heads, layers, 0.1),
+                   _translation_batch(b, t, vocab), 2 * layers, device,
+                   f"encoder-decoder, {layers}+{layers} blocks, d {d}, {heads} heads")
 
 
 class TorchTransformer(nn.Module):
@@ -411,13 +418,8 @@ class TorchTransformer(nn.Module):
 
 def torch_transformer(size: str = "test", device: str = "cpu") -> Family:
     b, t, vocab, d, heads, layers = _pick(size, (4, 16, 32, 16, 2, 3), (4, 128, 1024, 256, 4, 6))
-    g = _generator()
-    src = torch.randint(0, vocab, (b, t), generator=g)
-    tgt = torch.randint(0, vocab, (b, t), generator=g)
-    src_padding = torch.zeros(b, t, dtype=torch.bool)
-    src_padding[-1, t - t // 4:] = True  # the last source is padded at its end
     return _family("torch_transformer", lambda: TorchTransformer(vocab, d, heads, layers, 0.1),
-                   (src, tgt, src_padding), 2 * layers, device,
+                   _translation_batch(b, t, vocab), 2 * layers, device,
                    f"nn.Transformer, {layers}+{layers} layers, d {d}, {heads} heads")
 
 
