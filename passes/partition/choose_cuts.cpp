@@ -46,12 +46,15 @@ std::vector<const Cut*> cutPerGap(const std::vector<Cut>& kept, const HeavyOpCou
 // Whether `c` carries a tensor that `earlier` carries too: the identity of a residual block, the
 // residual stream of a transformer block, a skip. A chain input that `later` carries as well does
 // not count: it passes by (a feature vector beside an image branch, an encoder-decoder's target
-// ids beside its encoder) and would make every cut look carried on.
-bool carriesOn(const Cut& c, const Cut& earlier, const Cut& later, const Cut& start) {
+// ids beside its encoder) and would make every cut look carried on; nor does a carried flag
+// (carryScalarsAsTensors), live at every cut from where it is computed to its last reader.
+bool carriesOn(const Cut& c, const Cut& earlier, const Cut& later, const Cut& start,
+               const std::unordered_set<const Value*>& carried_flags) {
   auto carries = [](const Cut& cut, const Value* v) {
     return std::find(cut.live.begin(), cut.live.end(), v) != cut.live.end();
   };
   for (const Value* v : c.live) {
+    if (carried_flags.count(v)) continue;
     const bool passes_by = carries(start, v) && carries(later, v);
     if (carries(earlier, v) && !passes_by) return true;
   }
@@ -65,7 +68,8 @@ bool carriesOn(const Cut& c, const Cut& earlier, const Cut& later, const Cut& st
 // denoising and super-resolution nets), and dropping it would leave the body one stage.
 constexpr double kHumpRatio = 1.2;
 
-std::vector<const Cut*> withoutHumps(std::vector<const Cut*> chosen, const HeavyOpCounts& heavy) {
+std::vector<const Cut*> withoutHumps(std::vector<const Cut*> chosen, const HeavyOpCounts& heavy,
+                                     const std::unordered_set<const Value*>& carried_flags) {
   const int total = heavy.between(chosen.front()->position, chosen.back()->position);
   while (true) {
     size_t worst_begin = 0, worst_end = 0;  // the run [begin, end) to drop
@@ -75,7 +79,8 @@ std::vector<const Cut*> withoutHumps(std::vector<const Cut*> chosen, const Heavy
       const int64_t b = chosen[i]->bytes;
       bool carried = true;
       for (size_t k = i; k <= j; ++k)
-        carried = carried && carriesOn(*chosen[k], *chosen[i - 1], *chosen[j + 1], *chosen.front());
+        carried = carried && carriesOn(*chosen[k], *chosen[i - 1], *chosen[j + 1], *chosen.front(),
+                                       carried_flags);
       const int64_t neighbours = std::max(chosen[i - 1]->bytes, chosen[j + 1]->bytes);
       const bool local =
           2 * heavy.between(chosen[i - 1]->position, chosen[j + 1]->position) <= total;
@@ -208,8 +213,8 @@ std::vector<const Cut*> chooseCuts(const TopLevelNodes& top, const CandidateCuts
                                    std::vector<std::string>& warnings) {
   const std::vector<Cut>& kept = candidates.cuts;
   const size_t first = kept.front().position, last = kept.back().position;
-  std::vector<const Cut*> chosen =
-      withoutHumps(cutPerGap(kept, heavy, options.move_cuts_off_inplace_writes), heavy);
+  std::vector<const Cut*> chosen = withoutHumps(
+      cutPerGap(kept, heavy, options.move_cuts_off_inplace_writes), heavy, top.carried_flags);
   if (options.max_stages > 0 && chosen.size() > static_cast<size_t>(options.max_stages) + 1) {
     chosen = balanceStages(chosen, first, last, heavy, options.max_stages);
   }

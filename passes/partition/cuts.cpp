@@ -244,16 +244,29 @@ Separation separation(const std::vector<Cut>& cuts, const HeavyOpCounts& heavy) 
 constexpr size_t kMaxStartDelay = 64;
 constexpr size_t kMaxSearchedPositions = 4000;
 
-// Whether each of `made` that carries the main inputs' data is used at or after `start`, or may
-// be a view of one that is (the encoder's stream, which is its input or a nested tensor made from
-// it). Masks built from shapes on the way are no layer's activations.
-bool allLiveInto(const std::vector<Value*>& made, size_t start, const TopLevelNodes& top,
-                 const torch::jit::AliasDb& alias_db) {
+// Whether `w` is `v`, a view of it or an in-place result on it, or an If that may return one of
+// those (the encoder's stream: its input, or a nested tensor made from it). Followed by the graph,
+// not by AliasDb, whose wildcards would let any tensor stand for any other.
+bool viewOf(Value* w, const Value* v) {
+  if (w == v) return true;
+  if (w->node()->kind() == c10::prim::If) {
+    for (torch::jit::Block* b : w->node()->blocks()) {
+      if (viewOf(b->outputs()[w->offset()], v)) return true;
+    }
+    return false;
+  }
+  Value* base = aliasBase(w);
+  return base != w && viewOf(base, v);
+}
+
+// Whether each of `made` that carries the main inputs' data is used at or after `start`, or is
+// the base of one that is. Masks built from shapes on the way are no layer's activations.
+bool allLiveInto(const std::vector<Value*>& made, size_t start, const TopLevelNodes& top) {
   auto live = [&](const Value* v) { return top.lastUse(v) >= start; };
   for (Value* v : made) {
     if (live(v) || !top.from_main.count(v)) continue;
-    const bool viewed = std::any_of(made.begin(), made.end(),
-                                    [&](Value* w) { return live(w) && alias_db.mayAlias(v, w); });
+    const bool viewed =
+        std::any_of(made.begin(), made.end(), [&](Value* w) { return live(w) && viewOf(w, v); });
     if (!viewed) return false;
   }
   return true;
@@ -272,7 +285,7 @@ std::vector<Cut> bestValidCuts(const TopLevelNodes& top, const torch::jit::Alias
     for (Value* v : top.nodes[start - 1]->outputs()) {
       if (containsTensor(v->type()) && !v->uses().empty()) made_before.push_back(v);
     }
-    if (!allLiveInto(made_before, start, top, alias_db)) break;
+    if (!allLiveInto(made_before, start, top)) break;
     std::vector<Cut> cuts = validCuts(top, alias_db, written, start);
     if (cuts.empty()) continue;
     const Separation s = separation(cuts, heavy);

@@ -161,11 +161,13 @@ struct CandidateCuts {
 
 // A position is a valid cut when every value live across it (defined before, used after) is a
 // tensor, apart from values defined before the chain, which starts at the first valid cut at or
-// after chain_begin: side tensors (not from the main inputs) and non-tensors that nothing writes
-// (scalars, Optional[Tensor], lists of ints) are lifted, not carried. Inside the chain, a tensor
-// list built by a top-level ListConstruct and changed only by top-level appends is carried as its
-// elements at the cut (the first and last cut carry no list). Writes are judged with AliasDb in
-// the method graph (see writesToActivation). Throws when no position has only tensors live.
+// after chain_begin, or later where that lifts a value that blocks cuts and separates more heavy
+// ops (bestValidCuts in cuts.cpp says when): side tensors (not from the main inputs) and
+// non-tensors that nothing writes (scalars, Optional[Tensor], lists of ints) are lifted, not
+// carried. Carriers (carryScalarsAsTensors) count for no bytes and no tensor. Inside the chain, a
+// tensor list built by a top-level ListConstruct and changed only by top-level appends is carried
+// as its elements at the cut (the first and last cut carry no list). Writes are judged with AliasDb
+// in the method graph (see writesToActivation). Throws when no position has only tensors live.
 CandidateCuts findCandidateCuts(const TopLevelNodes& top, const torch::jit::AliasDb& alias_db,
                                 const ValueBytes& bytes);
 
