@@ -337,6 +337,17 @@ size_t TopLevelNodes::definedAt(const Value* v) const {
   return v->node() == graph->param_node() ? 0 : index.at(v->node()) + 1;
 }
 
+std::vector<Node*> nodesAfterHoistedPrefix(Graph& graph) {
+  std::vector<Node*> nodes;
+  bool in_prefix = true;
+  for (Node* n : graph.block()->nodes()) {
+    if (in_prefix && (n->kind() == prim::GetAttr || n->kind() == prim::Constant)) continue;
+    in_prefix = false;
+    nodes.push_back(n);
+  }
+  return nodes;
+}
+
 TopLevelNodes listTopLevel(Graph& graph, size_t num_side_nodes,
                            std::unordered_set<const Value*> carried_flags) {
   TopLevelNodes top;
@@ -345,12 +356,7 @@ TopLevelNodes listTopLevel(Graph& graph, size_t num_side_nodes,
   top.graph = &graph;
   top.block = graph.block();
   top.self = graph.inputs()[0];
-  bool in_prefix = true;  // the hoisted GetAttr/Constant prefix
-  for (Node* n : top.block->nodes()) {
-    if (in_prefix && (n->kind() == prim::GetAttr || n->kind() == prim::Constant)) continue;
-    in_prefix = false;
-    top.nodes.push_back(n);
-  }
+  top.nodes = nodesAfterHoistedPrefix(graph);
   for (size_t i = 0; i < top.nodes.size(); ++i) top.index[top.nodes[i]] = i;
   top.end = top.nodes.size();
 

@@ -128,13 +128,7 @@ class Carrier {
 }  // namespace
 
 std::unordered_set<const Value*> carryScalarsAsTensors(Graph& graph, size_t num_side_nodes) {
-  std::vector<Node*> nodes;
-  bool in_prefix = true;  // the hoisted GetAttr/Constant prefix, as listTopLevel skips it
-  for (Node* n : graph.block()->nodes()) {
-    if (in_prefix && (n->kind() == prim::GetAttr || n->kind() == prim::Constant)) continue;
-    in_prefix = false;
-    nodes.push_back(n);
-  }
+  const std::vector<Node*> nodes = nodesAfterHoistedPrefix(graph);
   std::unordered_map<const Node*, size_t> index;
   std::vector<int> heavy_before(nodes.size() + 1, 0);
   for (size_t i = 0; i < nodes.size(); ++i) {

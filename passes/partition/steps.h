@@ -127,6 +127,9 @@ struct TopLevelNodes {
   size_t definedAt(const Value* v) const;
 };
 
+// The top-level nodes after the hoisted GetAttr/Constant prefix, in order.
+std::vector<Node*> nodesAfterHoistedPrefix(Graph& graph);
+
 // The top-level node that contains `n` (itself when top-level).
 Node* topLevelOwner(Node* n, const torch::jit::Block* top);
 
