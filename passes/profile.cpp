@@ -221,14 +221,24 @@ UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inpu
   }
   // Held to the end, as the executor holds them, each B adding its uses to the sum so far.
   Tensors lifted_grads(runner.arguments().lifted_tensors.size());
+  // The B of consecutive stages in one engine call where they join (as the executor runs them).
   runAsBackward(device, [&] {
-    for (int l = L; l >= 1; --l) {
-      StageGradients gradients =
-          runner.backward(l, std::move(*recorded[l]), std::move(delta), &lifted_grads);
-      recorded[l].reset();
+    for (int l = L; l >= 1;) {
+      std::unordered_set<size_t> positions = runner.liftedPositions(*recorded[l]);
+      int m = l;
+      while (m > 1 &&
+             runner.joinsBackwardRun(*recorded[m], *recorded[m - 1], positions, lifted_grads))
+        --m;
+      std::vector<RecordedStage> run;
+      for (int k = l; k >= m; --k) {
+        run.push_back(std::move(*recorded[k]));
+        recorded[k].reset();
+      }
+      StageGradients gradients = runner.backward(std::move(run), std::move(delta), &lifted_grads);
       delta = std::move(gradients.inputs);
       for (auto& [position, gradient] : gradients.lifted)
         lifted_grads[runner.firstPosition(position)] = std::move(gradient);
+      l = m - 1;
     }
     delta.clear();
     lifted_grads.clear();

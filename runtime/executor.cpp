@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
+#include <string>
 
 namespace jitckpt {
 namespace {
@@ -95,11 +96,33 @@ void ScheduleExecutor::execute(const solver::Op& op) {
   }
 }
 
-void ScheduleExecutor::backward(int l) {
+void ScheduleExecutor::backward(int l) { backwardRun(l, l); }
+
+size_t ScheduleExecutor::backwardRunEnd(size_t first) const {
+  const auto& schedule = plan_->solution().schedule;
+  const int l = schedule[first].stage;
+  if (schedule[first].kind != solver::OpKind::Backward || l > L_ || !abar_[l]) return first + 1;
+  std::unordered_set<size_t> positions = runner_.liftedPositions(*abar_[l]);
+  size_t end = first + 1;
+  for (; end < schedule.size(); ++end) {
+    const int k = schedule[end].stage;
+    if (schedule[end].kind != solver::OpKind::Backward || k != schedule[end - 1].stage - 1 ||
+        k < 1 || !abar_[k] || delta_[k] ||
+        !runner_.joinsBackwardRun(*abar_[k + 1], *abar_[k], positions, lifted_grads_))
+      break;
+  }
+  return end;
+}
+
+void ScheduleExecutor::backwardRun(int l, int m) {
   TORCH_INTERNAL_ASSERT(abar_[l] && delta_[l], "jitckpt executor: B(", l, ") without abar^", l,
                         " and delta^", l, " (the schedule and the executor disagree)");
-  RecordedStage recorded = std::move(*abar_[l]);
-  abar_[l].reset();
+  std::vector<RecordedStage> run;
+  for (int k = l; k >= m; --k) {
+    TORCH_INTERNAL_ASSERT(abar_[k], "jitckpt executor: B(", k, ") without abar^", k);
+    run.push_back(std::move(*abar_[k]));
+    abar_[k].reset();
+  }
   Tensors output_grads = std::move(*delta_[l]);
   delta_[l].reset();
   // A tensor lifted more than once (one parameter reached through several attribute paths: tied
@@ -110,15 +133,15 @@ void ScheduleExecutor::backward(int l) {
   // tensor and autograd would add them in the op's input order, the first use first: with three
   // uses or more, (g1 + g2) + g3 instead of (g3 + g2) + g1, other bits.
   StageGradients gradients =
-      runner_.backward(l, std::move(recorded), std::move(output_grads), &lifted_grads_);
+      runner_.backward(std::move(run), std::move(output_grads), &lifted_grads_);
   for (auto& [position, gradient] : gradients.lifted) {
     at::Tensor& sum = lifted_grads_[runner_.firstPosition(position)];
-    TORCH_INTERNAL_ASSERT(!sum.defined(), "jitckpt executor: B(", l,
+    TORCH_INTERNAL_ASSERT(!sum.defined(), "jitckpt executor: B(", l, "..", m,
                           ") returned a gradient without taking the sum so far");
     sum = std::move(gradient);
   }
-  delta_[l - 1] = std::move(gradients.inputs);
-  a_[l - 1].reset();  // consumed; abar^{l-1}, if held, stays
+  delta_[m - 1] = std::move(gradients.inputs);
+  for (int k = l; k >= m; --k) a_[k - 1].reset();  // consumed; abar^{m-1}, if held, stays
 }
 
 Tensors ScheduleExecutor::runForward() {
@@ -199,9 +222,19 @@ Tensors ScheduleExecutor::runBackward(Tensors output_grads) {
   checkOutputGrads(output_grads);
   delta_[L_] = std::move(output_grads);
   const auto& schedule = plan_->solution().schedule;
-  for (; next_op_ < schedule.size(); ++next_op_) {
+  while (next_op_ < schedule.size()) {
+    const size_t end = backwardRunEnd(next_op_);
+    if (end > next_op_ + 1) {
+      // Named in torch.profiler's traces as the stages it runs, first and last.
+      RECORD_USER_SCOPE(("jitckpt::B" + std::to_string(schedule[next_op_].stage) + ".." +
+                         std::to_string(schedule[end - 1].stage)));
+      backwardRun(schedule[next_op_].stage, schedule[end - 1].stage);
+      next_op_ = end;  // (B ops release no forward input: releaseAfterLastRead has nothing to do)
+      continue;
+    }
     execute(schedule[next_op_]);
     releaseAfterLastRead(next_op_);
+    ++next_op_;
   }
   TORCH_INTERNAL_ASSERT(delta_[0], "jitckpt executor: the schedule ended without delta^0");
   Tensors result = std::move(*delta_[0]);

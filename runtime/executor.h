@@ -37,6 +37,10 @@ class ScheduleExecutor : public torch::CustomClassHolder {
  private:
   void execute(const solver::Op& op);
   void backward(int l);
+  // The end of the run of B ops from schedule index `first` that one engine call can run:
+  // B(l), B(l-1), ... while StageRunner::joinsBackwardRun; `first` + 1 where none joins.
+  size_t backwardRunEnd(size_t first) const;
+  void backwardRun(int l, int m);          // B(l) .. B(m)
   const Tensors& stageInput(int l) const;  // a^{l-1}, alone or inside abar^{l-1}
   // After the schedule's op at `index`: drops the a^{l-1} inside abar^{l-1} when that op was the
   // last forward of stage l to read it (its graph keeps what it saved).

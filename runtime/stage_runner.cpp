@@ -2,11 +2,13 @@
 #include "runtime/stage_runner.h"
 
 #include <ATen/Functions.h>
+#include <ATen/SequenceNumber.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
 
 #include <algorithm>
+#include <set>
 #include <unordered_map>
 #include <utility>
 
@@ -392,6 +394,7 @@ bool RecordedStage::outputsHaveGradients() const {
 
 RecordedStage StageRunner::recordedForward(int l, const Tensors& activations) {
   RecordedStage recorded;
+  recorded.first_sequence_nr = at::sequence_number::peek();
   const bool gradient_flows = l > 1 || input_requires_grad_;
   Tensors inputs;
   for (const auto& t : activations) {
@@ -409,6 +412,7 @@ RecordedStage StageRunner::recordedForward(int l, const Tensors& activations) {
     inputs.push_back(std::move(input));
   }
   recorded.outputs = run(l, inputs, Mode::Record, &recorded.side_leaves);
+  recorded.end_sequence_nr = at::sequence_number::peek();
   for (const auto& t : recorded.outputs) {
     recorded.output_edges.push_back(t.defined() && t.requires_grad()
                                         ? torch::autograd::impl::gradient_edge(t)
@@ -462,47 +466,88 @@ void runAsBackward(c10::Device device, const std::function<void()>& body) {
       /*create_graph=*/false, /*accumulate_grad=*/true);
 }
 
-StageGradients StageRunner::backward(int l, RecordedStage recorded, Tensors output_grads,
+std::unordered_set<size_t> StageRunner::liftedPositions(const RecordedStage& recorded) const {
+  std::unordered_set<size_t> positions;
+  for (const auto& [position, leaf] : recorded.side_leaves)
+    positions.insert(firstPosition(position));
+  return positions;
+}
+
+bool StageRunner::joinsBackwardRun(const RecordedStage& above, const RecordedStage& below,
+                                   std::unordered_set<size_t>& positions,
+                                   const Tensors& lifted_sums) const {
+  if (above.first_sequence_nr < below.end_sequence_nr) return false;
+  std::set<std::pair<const torch::autograd::Node*, uint32_t>> edges;
+  for (const auto& e : below.output_edges) {
+    if (e.is_valid() && !edges.emplace(e.function.get(), e.input_nr).second) return false;
+  }
+  const std::unordered_set<size_t> own = liftedPositions(below);
+  for (size_t first : own) {
+    if (positions.count(first) || lifted_sums.at(first).defined()) return false;
+  }
+  positions.insert(own.begin(), own.end());
+  return true;
+}
+
+StageGradients StageRunner::backward(int /*l*/, RecordedStage recorded, Tensors output_grads,
                                      Tensors* lifted_sums) {
-  TORCH_INTERNAL_ASSERT(output_grads.size() == recorded.output_edges.size());
-  recorded.releaseOutputs();  // the edges keep the graph alive, no longer
+  std::vector<RecordedStage> run;
+  run.push_back(std::move(recorded));
+  return backward(std::move(run), std::move(output_grads), lifted_sums);
+}
+
+StageGradients StageRunner::backward(std::vector<RecordedStage> run, Tensors output_grads,
+                                     Tensors* lifted_sums) {
+  TORCH_INTERNAL_ASSERT(!run.empty() && output_grads.size() == run.front().output_edges.size());
+  for (auto& recorded : run) recorded.releaseOutputs();  // the edges keep the graphs alive
+  // Each stage's inputs lead on to the outputs of the stage below, so that the engine passes
+  // delta^{k-1} on itself. Pushed past Node::add_next_edge, which refuses a node that already
+  // has parents (its topological number would change): the number only prunes a backward whose
+  // targets all lie above it, and this one's targets are leaves and the lowest inputs.
+  for (size_t i = 0; i + 1 < run.size(); ++i) {
+    const auto& inputs = run[i].input_edges;
+    const auto& below = run[i + 1].output_edges;
+    TORCH_INTERNAL_ASSERT(inputs.size() == below.size(), "jitckpt: a stage takes ", inputs.size(),
+                          " inputs where the stage below returns ", below.size());
+    for (size_t j = 0; j < inputs.size(); ++j) {
+      if (inputs[j].is_valid()) inputs[j].function->next_edges().push_back(below[j]);
+    }
+  }
+  RecordedStage& top = run.front();
+  RecordedStage& bottom = run.back();
   torch::autograd::edge_list roots;
   Tensors root_grads;
-  for (size_t i = 0; i < recorded.output_edges.size(); ++i) {
-    if (recorded.output_edges[i].is_valid() && output_grads[i].defined()) {
-      roots.push_back(std::move(recorded.output_edges[i]));
+  for (size_t i = 0; i < top.output_edges.size(); ++i) {
+    if (top.output_edges[i].is_valid() && output_grads[i].defined()) {
+      roots.push_back(std::move(top.output_edges[i]));
       root_grads.push_back(std::move(output_grads[i]));
     }
   }
   if (!roots.empty() && lifted_sums != nullptr)
-    takeLiftedSums(recorded, *lifted_sums, roots, root_grads);
+    takeLiftedSums(top, *lifted_sums, roots, root_grads);
   output_grads.clear();
-  recorded.output_edges.clear();
-  // What the gradient is taken with respect to: the inputs that get one, then the stand-ins of
-  // the lifted tensors that require grad; `targets` says where each result goes.
+  // What the gradient is taken with respect to: the lowest stage's inputs that get one, then the
+  // stand-ins of the lifted tensors that require grad; `targets` says where each result goes.
   torch::autograd::edge_list wrt;
   std::vector<std::pair<bool, size_t>> targets;  // (is input, index)
-  for (size_t i = 0; i < recorded.input_edges.size(); ++i) {
-    if (!recorded.input_edges[i].is_valid()) continue;
-    wrt.push_back(std::move(recorded.input_edges[i]));
+  for (size_t i = 0; i < bottom.input_edges.size(); ++i) {
+    if (!bottom.input_edges[i].is_valid()) continue;
+    wrt.push_back(bottom.input_edges[i]);
     targets.emplace_back(true, i);
   }
-  for (auto& [position, leaf] : recorded.side_leaves) {
-    wrt.push_back(leafEdge(leaf));
-    targets.emplace_back(false, position);
+  for (auto& recorded : run) {
+    for (auto& [position, leaf] : recorded.side_leaves) {
+      TORCH_INTERNAL_ASSERT(&recorded == &top || lifted_sums == nullptr ||
+                                !lifted_sums->at(firstPosition(position)).defined(),
+                            "jitckpt: a backward of several stages would take a sum so far");
+      wrt.push_back(leafEdge(leaf));
+      targets.emplace_back(false, position);
+    }
   }
-  recorded.side_leaves.clear();
   StageGradients gradients;
-  gradients.inputs.resize(recorded.input_edges.size());
-  recorded.input_edges.clear();
+  gradients.inputs.resize(bottom.input_edges.size());
+  run.clear();  // the graphs live on in the edges (and each node in the engine until it has run)
   if (roots.empty() || wrt.empty()) return gradients;
-  // Gradients are returned, never written into .grad here: they reach autograd through the op.
-  // Nor are they ever taken back out of a leaf's .grad (backward(inputs=) then .grad):
-  // AccumulateGrad gives a gradient the strides of its variable (the gradient layout contract), so
-  // delta^{l-1} of a channels-last or transposed boundary would reach B(l-1) with other strides
-  // than the engine's InputBuffer sum the unmodified model passes on, and every reduction over it
-  // (a per-channel scale's gradient, sum_to_size) would add in another order
-  // (test_layout_exactness.py).
   Tensors computed = gradientsOf(std::move(roots), std::move(root_grads), std::move(wrt));
   for (size_t i = 0; i < computed.size(); ++i) {
     if (!computed[i].defined()) continue;
