@@ -33,6 +33,19 @@ struct ReleasingRoot : public torch::autograd::Node {
   Tensors grads_;
 };
 
+// In a backward of several stages, where the gradient of a stage input goes when the stage
+// below's output needs none: taking it runs, and so frees, what the stage saved for it, as B of
+// that stage alone does. A 0-dim input, so that the engine sums the gradient down to one number
+// on the way in (validate_outputs) instead of holding it, captured, to the end of the call.
+struct GradientSink : public torch::autograd::Node {
+  explicit GradientSink(const at::TensorOptions& options) {
+    add_input_metadata(at::empty({}, options));
+  }
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& /*unused*/) override {
+    return {};
+  }
+};
+
 // torch::autograd::grad(roots, wrt, root_grads, allow_unused=true) on gradient edges, except that
 // the roots' gradients are not held while the backward runs: the graph keeps what it saved, and
 // what it did not (a residual sum) is freed at once. An invalid wrt edge gets no gradient.
@@ -412,12 +425,13 @@ RecordedStage StageRunner::recordedForward(int l, const Tensors& activations) {
     inputs.push_back(std::move(input));
   }
   recorded.outputs = run(l, inputs, Mode::Record, &recorded.side_leaves);
-  recorded.end_sequence_nr = at::sequence_number::peek();
   for (const auto& t : recorded.outputs) {
     recorded.output_edges.push_back(t.defined() && t.requires_grad()
                                         ? torch::autograd::impl::gradient_edge(t)
                                         : torch::autograd::Edge());
   }
+  // (after gradient_edge, which makes a node for a view whose base was written in place)
+  recorded.end_sequence_nr = at::sequence_number::peek();
   return recorded;
 }
 
@@ -476,6 +490,9 @@ std::unordered_set<size_t> StageRunner::liftedPositions(const RecordedStage& rec
 bool StageRunner::joinsBackwardRun(const RecordedStage& above, const RecordedStage& below,
                                    std::unordered_set<size_t>& positions,
                                    const Tensors& lifted_sums) const {
+  // Each device's nodes run on its own thread: the stage below could start on one before the
+  // stage above is done on the other.
+  if (devices_.size() > 1) return false;
   if (above.first_sequence_nr < below.end_sequence_nr) return false;
   std::set<std::pair<const torch::autograd::Node*, uint32_t>> edges;
   for (const auto& e : below.output_edges) {
@@ -500,17 +517,32 @@ StageGradients StageRunner::backward(std::vector<RecordedStage> run, Tensors out
                                      Tensors* lifted_sums) {
   TORCH_INTERNAL_ASSERT(!run.empty() && output_grads.size() == run.front().output_edges.size());
   for (auto& recorded : run) recorded.releaseOutputs();  // the edges keep the graphs alive
-  // Each stage's inputs lead on to the outputs of the stage below, so that the engine passes
+  // What the gradient is taken with respect to (`targets` says where each result goes): the
+  // lowest stage's inputs that get one, the stand-ins of the lifted tensors that require grad,
+  // and a GradientSink for each input above whose producer's output needs none (dropped; left
+  // out, the nodes that lead to it would not run and would hold what they saved to the end).
+  enum class Target { Input, Lifted, Dropped };
+  torch::autograd::edge_list wrt;
+  std::vector<std::pair<Target, size_t>> targets;
+  // The other inputs above lead on to the outputs of the stage below, so that the engine passes
   // delta^{k-1} on itself. Pushed past Node::add_next_edge, which refuses a node that already
   // has parents (its topological number would change): the number only prunes a backward whose
-  // targets all lie above it, and this one's targets are leaves and the lowest inputs.
+  // targets all lie above it, and this one's targets are leaves and input nodes.
   for (size_t i = 0; i + 1 < run.size(); ++i) {
     const auto& inputs = run[i].input_edges;
     const auto& below = run[i + 1].output_edges;
     TORCH_INTERNAL_ASSERT(inputs.size() == below.size(), "jitckpt: a stage takes ", inputs.size(),
                           " inputs where the stage below returns ", below.size());
     for (size_t j = 0; j < inputs.size(); ++j) {
-      if (inputs[j].is_valid()) inputs[j].function->next_edges().push_back(below[j]);
+      if (!inputs[j].is_valid()) continue;
+      torch::autograd::Edge next = below[j];
+      if (!next.is_valid()) {
+        next = torch::autograd::Edge(
+            std::make_shared<GradientSink>(inputs[j].function->input_metadata(0).options()), 0);
+        wrt.push_back(next);
+        targets.emplace_back(Target::Dropped, j);
+      }
+      inputs[j].function->next_edges().push_back(std::move(next));
     }
   }
   RecordedStage& top = run.front();
@@ -526,14 +558,10 @@ StageGradients StageRunner::backward(std::vector<RecordedStage> run, Tensors out
   if (!roots.empty() && lifted_sums != nullptr)
     takeLiftedSums(top, *lifted_sums, roots, root_grads);
   output_grads.clear();
-  // What the gradient is taken with respect to: the lowest stage's inputs that get one, then the
-  // stand-ins of the lifted tensors that require grad; `targets` says where each result goes.
-  torch::autograd::edge_list wrt;
-  std::vector<std::pair<bool, size_t>> targets;  // (is input, index)
   for (size_t i = 0; i < bottom.input_edges.size(); ++i) {
     if (!bottom.input_edges[i].is_valid()) continue;
     wrt.push_back(bottom.input_edges[i]);
-    targets.emplace_back(true, i);
+    targets.emplace_back(Target::Input, i);
   }
   for (auto& recorded : run) {
     for (auto& [position, leaf] : recorded.side_leaves) {
@@ -541,7 +569,7 @@ StageGradients StageRunner::backward(std::vector<RecordedStage> run, Tensors out
                                 !lifted_sums->at(firstPosition(position)).defined(),
                             "jitckpt: a backward of several stages would take a sum so far");
       wrt.push_back(leafEdge(leaf));
-      targets.emplace_back(false, position);
+      targets.emplace_back(Target::Lifted, position);
     }
   }
   StageGradients gradients;
@@ -551,10 +579,10 @@ StageGradients StageRunner::backward(std::vector<RecordedStage> run, Tensors out
   Tensors computed = gradientsOf(std::move(roots), std::move(root_grads), std::move(wrt));
   for (size_t i = 0; i < computed.size(); ++i) {
     if (!computed[i].defined()) continue;
-    const auto [is_input, index] = targets[i];
-    if (is_input) {
+    const auto [target, index] = targets[i];
+    if (target == Target::Input) {
       gradients.inputs[index] = std::move(computed[i]);
-    } else {
+    } else if (target == Target::Lifted) {
       gradients.lifted.emplace_back(index, std::move(computed[i]));
     }
   }
