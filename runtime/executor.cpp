@@ -90,13 +90,11 @@ void ScheduleExecutor::execute(const solver::Op& op) {
     }
     case OpKind::Backward: {
       RECORD_USER_SCOPE("jitckpt::B");
-      backward(l);
+      backwardRun(l, l);
       break;
     }
   }
 }
-
-void ScheduleExecutor::backward(int l) { backwardRun(l, l); }
 
 size_t ScheduleExecutor::backwardRunEnd(size_t first) const {
   const auto& schedule = plan_->solution().schedule;

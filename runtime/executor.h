@@ -36,7 +36,6 @@ class ScheduleExecutor : public torch::CustomClassHolder {
 
  private:
   void execute(const solver::Op& op);
-  void backward(int l);
   // The end of the run of B ops from schedule index `first` that one engine call can run:
   // B(l), B(l-1), ... while StageRunner::joinsBackwardRun; `first` + 1 where none joins.
   size_t backwardRunEnd(size_t first) const;

@@ -46,6 +46,37 @@ struct GradientSink : public torch::autograd::Node {
   }
 };
 
+// Where a gradient the engine returns goes: a stage input, a lifted tensor, or nowhere.
+enum class GradientTarget { Input, Lifted, Dropped };
+
+// Lets the engine pass delta^{k-1} on itself in a backward of several stages (`run`, the top
+// stage first): each stage's input edges lead on to the outputs of the stage below, or, where
+// that output needs no gradient, to a GradientSink added to `wrt` (dropped; left out, the nodes
+// that lead to it would not run and would hold what they saved to the end). Pushed past
+// Node::add_next_edge, which refuses a node that already has parents (its topological number
+// would change): the number only prunes a backward whose targets all lie above it, and this
+// one's targets are leaves and input nodes.
+void linkStages(const std::vector<RecordedStage>& run, torch::autograd::edge_list& wrt,
+                std::vector<std::pair<GradientTarget, size_t>>& targets) {
+  for (size_t i = 0; i + 1 < run.size(); ++i) {
+    const auto& inputs = run[i].input_edges;
+    const auto& below = run[i + 1].output_edges;
+    TORCH_INTERNAL_ASSERT(inputs.size() == below.size(), "jitckpt: a stage takes ", inputs.size(),
+                          " inputs where the stage below returns ", below.size());
+    for (size_t j = 0; j < inputs.size(); ++j) {
+      if (!inputs[j].is_valid()) continue;
+      torch::autograd::Edge next = below[j];
+      if (!next.is_valid()) {
+        next = torch::autograd::Edge(
+            std::make_shared<GradientSink>(inputs[j].function->input_metadata(0).options()), 0);
+        wrt.push_back(next);
+        targets.emplace_back(GradientTarget::Dropped, j);
+      }
+      inputs[j].function->next_edges().push_back(std::move(next));
+    }
+  }
+}
+
 // torch::autograd::grad(roots, wrt, root_grads, allow_unused=true) on gradient edges, except that
 // the roots' gradients are not held while the backward runs: the graph keeps what it saved, and
 // what it did not (a residual sum) is freed at once. An invalid wrt edge gets no gradient.
@@ -518,33 +549,11 @@ StageGradients StageRunner::backward(std::vector<RecordedStage> run, Tensors out
   TORCH_INTERNAL_ASSERT(!run.empty() && output_grads.size() == run.front().output_edges.size());
   for (auto& recorded : run) recorded.releaseOutputs();  // the edges keep the graphs alive
   // What the gradient is taken with respect to (`targets` says where each result goes): the
-  // lowest stage's inputs that get one, the stand-ins of the lifted tensors that require grad,
-  // and a GradientSink for each input above whose producer's output needs none (dropped; left
-  // out, the nodes that lead to it would not run and would hold what they saved to the end).
-  enum class Target { Input, Lifted, Dropped };
+  // sinks of linkStages, the lowest stage's inputs that get one, and the stand-ins of the lifted
+  // tensors that require grad.
   torch::autograd::edge_list wrt;
-  std::vector<std::pair<Target, size_t>> targets;
-  // The other inputs above lead on to the outputs of the stage below, so that the engine passes
-  // delta^{k-1} on itself. Pushed past Node::add_next_edge, which refuses a node that already
-  // has parents (its topological number would change): the number only prunes a backward whose
-  // targets all lie above it, and this one's targets are leaves and input nodes.
-  for (size_t i = 0; i + 1 < run.size(); ++i) {
-    const auto& inputs = run[i].input_edges;
-    const auto& below = run[i + 1].output_edges;
-    TORCH_INTERNAL_ASSERT(inputs.size() == below.size(), "jitckpt: a stage takes ", inputs.size(),
-                          " inputs where the stage below returns ", below.size());
-    for (size_t j = 0; j < inputs.size(); ++j) {
-      if (!inputs[j].is_valid()) continue;
-      torch::autograd::Edge next = below[j];
-      if (!next.is_valid()) {
-        next = torch::autograd::Edge(
-            std::make_shared<GradientSink>(inputs[j].function->input_metadata(0).options()), 0);
-        wrt.push_back(next);
-        targets.emplace_back(Target::Dropped, j);
-      }
-      inputs[j].function->next_edges().push_back(std::move(next));
-    }
-  }
+  std::vector<std::pair<GradientTarget, size_t>> targets;
+  linkStages(run, wrt, targets);
   RecordedStage& top = run.front();
   RecordedStage& bottom = run.back();
   torch::autograd::edge_list roots;
@@ -561,7 +570,7 @@ StageGradients StageRunner::backward(std::vector<RecordedStage> run, Tensors out
   for (size_t i = 0; i < bottom.input_edges.size(); ++i) {
     if (!bottom.input_edges[i].is_valid()) continue;
     wrt.push_back(bottom.input_edges[i]);
-    targets.emplace_back(Target::Input, i);
+    targets.emplace_back(GradientTarget::Input, i);
   }
   for (auto& recorded : run) {
     for (auto& [position, leaf] : recorded.side_leaves) {
@@ -569,7 +578,7 @@ StageGradients StageRunner::backward(std::vector<RecordedStage> run, Tensors out
                                 !lifted_sums->at(firstPosition(position)).defined(),
                             "jitckpt: a backward of several stages would take a sum so far");
       wrt.push_back(leafEdge(leaf));
-      targets.emplace_back(Target::Lifted, position);
+      targets.emplace_back(GradientTarget::Lifted, position);
     }
   }
   StageGradients gradients;
@@ -580,9 +589,9 @@ StageGradients StageRunner::backward(std::vector<RecordedStage> run, Tensors out
   for (size_t i = 0; i < computed.size(); ++i) {
     if (!computed[i].defined()) continue;
     const auto [target, index] = targets[i];
-    if (target == Target::Input) {
+    if (target == GradientTarget::Input) {
       gradients.inputs[index] = std::move(computed[i]);
-    } else if (target == Target::Lifted) {
+    } else if (target == GradientTarget::Lifted) {
       gradients.lifted.emplace_back(index, std::move(computed[i]));
     }
   }
