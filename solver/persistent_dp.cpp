@@ -2,19 +2,19 @@
 // builds C[s,t,m] once (m in slots of ceil(M/S) bytes) and answers any limit <= M by
 // backtracking, recomputing the argmins instead of storing them.
 //
-// Speed (ResNet-1001, L = 339, S = 500: 0.16-0.17 s on one core, bench/solver_bench.cpp): the
-// memory axis of a row is contiguous and every relaxation is a shifted add/min over m in blocks of
-// 16 floats; rows are stored compressed (see Row in the header), and row-major as well as
-// column-major so that both operands of a split are read in order; cells are filled in blocks of
-// columns, so that the rows those cells read stay in the core's caches (4 columns measured fastest
-// on an Intel VM with 2 MB of L2 per core; 16 and 32 on an AMD EPYC VM with 1 MB, where 4 was 20%
-// slower); rows live on huge pages where the system has them; and a split s' is
-// relaxed only over the m where it can still win: its value is at least the no-grad forward time
-// of s..s'-1 + min C[s',t] + min C[s,s'-1], and the row being built is non-increasing in m, so the
-// relaxation stops at the first block where the row is already at or below that bound (exact, also
-// in float arithmetic).
-// The time goes into the rows' memory and the relaxations' exits, not into arithmetic: of the
-// blocks relaxed, about one in five lowers a cell.
+// Speed (ResNet-1001, L = 339, S = 500: 0.16-0.20 s on one core of the 2-core VMs,
+// bench/solver_bench.cpp): the memory axis of a row is contiguous and every relaxation is a shifted
+// add/min over m in blocks of 16 floats; rows are stored compressed (see StoredRow in the header),
+// and row-major as well as column-major so that both operands of a split are read in order; cells
+// are filled in blocks of columns, so that the rows those cells read stay in the core's caches
+// (measured: 4 columns fastest on Intel VMs with 2 MB of L2 per core, 16 and 32 on an AMD EPYC VM
+// with 1 MB, where 4 was 20% slower; 8, between the two, is 8% faster than 16 on an Intel VM); rows
+// live on huge pages where the system has them; and a split s' is relaxed only over the m where it
+// can still win: its value is at least the no-grad forward time of s..s'-1 + min C[s',t] + min
+// C[s,s'-1], and the row being built is non-increasing in m, so the relaxation stops at the first
+// block where the row is already at or below that bound (exact, also in float arithmetic). The time
+// goes into the rows' memory and the relaxations' exits, not into arithmetic: of the blocks
+// relaxed, about one in five lowers a cell.
 #include "solver/persistent_dp.h"
 
 #include <algorithm>
@@ -38,7 +38,7 @@ namespace {
 
 constexpr float kInf = 1e30f;
 constexpr float kFeasible = 1e29f;  // values above this are infeasible (sums of kInf)
-constexpr int kColumnBlock = 16;    // columns t filled together (cache blocking)
+constexpr int kColumnBlock = 8;     // columns t filled together (cache blocking)
 
 // The two candidate values of a cell, written once so that the DP and the backtracking compute
 // bit-identical floats.
@@ -61,15 +61,6 @@ inline float checkpointValue(float forward_time, float right, float left) {
 // memory and on that exit, not into arithmetic.
 }  // namespace
 
-struct detail::Split {
-  const float* right;  // stored middle of row (s', t)
-  const float* left;   // stored middle of row (s, s'-1)
-  int right_offset, right_width, left_offset, left_width;
-  int lo;       // the first m at which the split fits
-  float c;      // forward time of Fck(s), F∅(s+1..s'-1)
-  float bound;  // the candidate's least value
-};
-
 // What split s' of cell (s,t) takes from s alone: filled once per s and block of columns and read
 // by each of the block's cells (s,t), which add only what depends on t.
 struct detail::SplitBase {
@@ -83,8 +74,8 @@ struct detail::SplitBase {
 
 namespace {
 
-using detail::Split;
 using detail::SplitBase;
+using detail::StoredRow;
 constexpr int kBlock = 16;
 constexpr int kRowPadding = kBlock;
 // AVX2 where the processor has it (an AVX-512 clone measured no faster on this loop).
@@ -112,17 +103,27 @@ JITCKPT_INLINE void store16(float* p, const Vec16& v) {
 }
 JITCKPT_INLINE Vec8 min8(Vec8 a, Vec8 b) { return a < b ? a : b; }
 
-// Every split of a cell, in the order given.
-JITCKPT_CLONES void relaxSplits(float* __restrict out, const Split* __restrict splits, int count) {
+// Every split s' = s+1..t of cell (s,t), in that order: right_rows[i] is row (s', t), bases[i]
+// and gradients[i] what the split takes from s and from t, for s' = s + 1 + i. Each split's
+// fields are read and its run relaxed in one pass: built into an array first and read back by a
+// second loop, they cost 40 bytes of stores and loads per split, about 4% of a table.
+JITCKPT_CLONES void relaxSplits(float* __restrict out, const SplitBase* __restrict bases,
+                                const StoredRow* __restrict right_rows,
+                                const int* __restrict gradients, int count, int delta, int S) {
   for (int i = 0; i < count; ++i) {
-    const Split k = splits[i];  // a copy: stores to `out` cannot change it
-    const Vec8 c = Vec8{} + k.c;
-    const float bound = k.bound;
-    const float* r_end = k.right + k.right_width;
-    const float* l_end = k.left + k.left_width;
-    const float* r = std::min(k.right + (k.lo - k.right_offset), r_end);
-    const float* l = std::min(k.left + (k.lo - k.left_offset), l_end);
-    for (float* o = out + k.lo; *o > bound; o += kBlock) {
+    const SplitBase& b = bases[i];
+    const StoredRow right = right_rows[i];
+    const int right_offset = b.shift + right.first;       // a^{s'-1} beside (s', t)
+    const int left_offset = gradients[i] + b.left_first;  // (s, s'-1) beside the gradients of s'..t
+    const int lo = std::max({std::min(delta + b.sweep, S + 1), right_offset, left_offset});
+    if (lo > S) continue;
+    const Vec8 c = Vec8{} + b.c;
+    const float bound = checkpointValue(b.c, right.min, b.left_min);
+    const float* r_end = right.data + (right.end - right.first);
+    const float* l_end = b.left + b.left_width;
+    const float* r = std::min(right.data + (lo - right_offset), r_end);
+    const float* l = std::min(b.left + (lo - left_offset), l_end);
+    for (float* o = out + lo; *o > bound; o += kBlock) {
       const Vec16 rv = load16(r);
       const Vec16 lv = load16(l);
       const Vec16 ov = load16(o);
@@ -240,7 +241,6 @@ void PersistentSolver::build() {
   chunk_size_ = std::max(row_room, std::min(size_t{1} << 20, rows_.size() * row_room));
   chunk_used_ = chunk_size_;
   std::vector<float> out(static_cast<size_t>(S_) + 1 + kBlock);  // blocks may run past S
-  std::vector<Split> splits;
   std::vector<SplitBase> bases;
   // Cell (s,t) reads (s',t) for s' > s and (s,t') for t' < t. Within a block of columns, s runs
   // downwards and t upwards, so both are ready; zero-size shifts read the same m, which is fine
@@ -264,7 +264,7 @@ void PersistentSolver::build() {
       };
       for (int split = s + 1; split <= std::max(s, t0); ++split) fill(split);
       for (int t = std::max(s, t0); t <= t1; ++t) {
-        computeRow(s, t, out, splits, bases);
+        computeRow(s, t, out, bases);
         if (t < t1) fill(t + 1);
       }
     }
@@ -272,8 +272,7 @@ void PersistentSolver::build() {
 }
 
 void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer,
-                                  std::vector<Split>& splits,
-                                  const std::vector<detail::SplitBase>& bases) {
+                                  const std::vector<SplitBase>& bases) {
   float* out = buffer.data();
   std::fill(buffer.begin(), buffer.begin() + S_ + 1, kInf);
   std::fill(buffer.begin() + S_ + 1, buffer.end(), -kInf);  // ends every split's run (relaxSplits)
@@ -291,32 +290,10 @@ void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer,
         relaxAll(out, sub.data, shift + sub.first, stage_time, sub.min, lo, split_at, S_);
     }
     // C_ck: Fck(s), F∅(s+1..s'-1), solve (s', t) beside a^{s'-1} (what a^{s-1} does not hold of
-    // it), then (s, s'-1) beside the parameter gradients of s'..t. (The fields are written in
-    // place: a Split built aside and copied in was read back before its parts had reached memory,
-    // a stall on every split.)
-    splits.resize(static_cast<size_t>(t - s));
-    int count = 0;
-    const Row* right_rows = &rows_[rowIndex(s + 1, t)];
-    const int* gradients = &gradient_slots_[static_cast<size_t>(t) * (L_ + 2)];
-    for (int split = s + 1; split <= t; ++split) {
-      const SplitBase& b = bases[static_cast<size_t>(split - s - 1)];
-      const int sweep = besideDelta(b.sweep, t);
-      const Row& right = right_rows[split - s - 1];
-      const int left_shift = gradients[split];
-      const int lo = std::max({sweep, b.shift + right.first, left_shift + b.left_first});
-      if (lo > S_) continue;
-      Split& k = splits[static_cast<size_t>(count++)];
-      k.right = right.data;
-      k.left = b.left;
-      k.right_offset = b.shift + right.first;
-      k.right_width = right.end - right.first;
-      k.left_offset = left_shift + b.left_first;
-      k.left_width = b.left_width;
-      k.lo = lo;
-      k.c = b.c;
-      k.bound = checkpointValue(b.c, right.min, b.left_min);
-    }
-    relaxSplits(out, splits.data(), count);
+    // it), then (s, s'-1) beside the parameter gradients of s'..t.
+    relaxSplits(out, bases.data(), &rows_[rowIndex(s + 1, t)],
+                &gradient_slots_[static_cast<size_t>(t) * (L_ + 2) + s + 1], t - s,
+                static_cast<int>(sizes_.wd[t]), S_);
   }
   storeRow(s, t, out);
 }

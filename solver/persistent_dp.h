@@ -33,7 +33,18 @@
 namespace jitckpt::solver {
 
 namespace detail {
-struct Split;      // one split of a cell, as the DP's inner loop reads it (persistent_dp.cpp)
+// Row (s,t) of the table, compressed: C[s,t,m] is +inf for m < first, data[m - first] for
+// first <= m < end, and `min` (the value at m = S) from end on. Rows are non-increasing in m
+// (storeRow finds first and end by binary search), and most of a row is the infinite prefix or
+// the constant tail, so storing only the middle keeps the table a few times smaller (the DP is
+// bound by memory traffic, not arithmetic). `data` points into the solver's chunks, which never
+// move, and is followed by copies of `min` (persistent_dp.cpp reads whole blocks).
+struct StoredRow {
+  const float* data = nullptr;
+  int first = 0;
+  int end = 0;
+  float min = 0;
+};
 struct SplitBase;  // what a split takes from s alone, shared by a block of columns
 }  // namespace detail
 
@@ -74,18 +85,7 @@ class PersistentSolver {
   int slots() const { return S_; }
 
  private:
-  // Row (s,t) of the table, compressed: C[s,t,m] is +inf for m < first, data[m - first] for
-  // first <= m < end, and `min` (the value at m = S) from end on. Rows are non-increasing in m
-  // (storeRow finds first and end by binary search), and most of a row is the infinite prefix or
-  // the constant tail, so storing only the middle keeps the table a few times smaller (the DP is
-  // bound by memory traffic, not arithmetic). `data` points into chunks_, which never move, and
-  // is followed by kRowPadding copies of `min` (persistent_dp.cpp reads whole blocks).
-  struct Row {
-    const float* data = nullptr;
-    int first = 0;
-    int end = 0;
-    float min = 0;
-  };
+  using Row = detail::StoredRow;
   // Column-major triangle: column t holds s = 1..t contiguously.
   static size_t rowIndex(int s, int t) { return static_cast<size_t>(t) * (t - 1) / 2 + (s - 1); }
   // The same rows again, row-major (row s holds t = s..L): a cell reads its left rows (s, s'-1)
@@ -106,7 +106,7 @@ class PersistentSolver {
     return gradient_slots_[static_cast<size_t>(last) * (L_ + 2) + first];
   }
   void build();
-  void computeRow(int s, int t, std::vector<float>& out, std::vector<detail::Split>& splits,
+  void computeRow(int s, int t, std::vector<float>& out,
                   const std::vector<detail::SplitBase>& bases);
   void storeRow(int s, int t, const float* out);
   void backtrack(int s, int t, int m, Schedule& out) const;
