@@ -8,13 +8,13 @@
 // and row-major as well as column-major so that both operands of a split are read in order; cells
 // are filled in blocks of columns, so that the rows those cells read stay in the core's caches
 // (measured: 4 columns fastest on Intel VMs with 2 MB of L2 per core, 16 and 32 on an AMD EPYC VM
-// with 1 MB, where 4 was 20% slower; 8, between the two, is 8% faster than 16 on an Intel VM); rows
-// live on huge pages where the system has them; and a split s' is relaxed only over the m where it
-// can still win: its value is at least the no-grad forward time of s..s'-1 + min C[s',t] + min
-// C[s,s'-1], and the row being built is non-increasing in m, so the relaxation stops at the first
-// block where the row is already at or below that bound (exact, also in float arithmetic). The time
-// goes into the rows' memory and the relaxations' exits, not into arithmetic: of the blocks
-// relaxed, about one in five lowers a cell.
+// with 1 MB, where 4 was 20% slower; 8, between the two, takes 7% less time than 16 on an Intel
+// VM); rows live on huge pages where the system has them; and a split s' is relaxed only over the m
+// where it can still win: its value is at least the no-grad forward time of s..s'-1 + min C[s',t] +
+// min C[s,s'-1], and the row being built is non-increasing in m, so the relaxation stops at the
+// first block where the row is already at or below that bound (exact, also in float arithmetic).
+// The time goes into the rows' memory and the relaxations' exits, not into arithmetic: of the
+// blocks relaxed, about one in five lowers a cell.
 #include "solver/persistent_dp.h"
 
 #include <algorithm>
@@ -106,7 +106,7 @@ JITCKPT_INLINE Vec8 min8(Vec8 a, Vec8 b) { return a < b ? a : b; }
 // Every split s' = s+1..t of cell (s,t), in that order: right_rows[i] is row (s', t), bases[i]
 // and gradients[i] what the split takes from s and from t, for s' = s + 1 + i. Each split's
 // fields are read and its run relaxed in one pass: built into an array first and read back by a
-// second loop, they cost 40 bytes of stores and loads per split, about 4% of a table.
+// second loop, they cost a 48-byte store and load per split, about 4% of a table.
 JITCKPT_CLONES void relaxSplits(float* __restrict out, const SplitBase* __restrict bases,
                                 const StoredRow* __restrict right_rows,
                                 const int* __restrict gradients, int count, int delta, int S) {
