@@ -55,7 +55,7 @@ c10::intrusive_ptr<Plan> planForArguments(const c10::intrusive_ptr<Plan>& plan,
     TORCH_WARN("jitckpt: chain inputs [", key.str(), "] differ from the planned [", planned.str(),
                "]: profiling and solving again for them at the limit ",
                plan->solution().requested_limit.toString(),
-               " (once per new shape, dtype or device)");
+               " (once per new shape, dtype, device or autocast dtype)");
   }
   auto variant = installed()->replan(*plan, arguments);
   variants.add(key, variant);

@@ -100,19 +100,29 @@ Tensors gradientsOf(torch::autograd::edge_list root_edges, Tensors root_grads,
 
 // Runs a stage under the autocast state of the call (torch.autocast is thread-local: a
 // recomputation in the backward runs on autograd's thread, outside the caller's context, and
-// torch.utils.checkpoint restores it the same way). The casts the stage caches (a weight an LSTM
-// reads at every step is cast once, and its gradient summed in the autocast dtype) are dropped
-// when it ends: autograd's thread never leaves an autocast context, which is what empties it.
+// torch.utils.checkpoint restores it the same way), and keeps autocast's cache of cast weights
+// to the stage: the cache holds every cast until the caller's outermost autocast region ends, so
+// that casts made by the stages would pile up over the whole forward, outside the plan.
+//  - A recording run (`records`) casts each weight once, as the unmodified model does (a weight
+//    an LSTM reads at every step: its gradient is summed in the autocast dtype), and empties the
+//    cache when it ends. What the stage's graph saved of its casts stays with the graph, counted
+//    in abar by the profile.
+//  - Other runs compute values only: with the cache off, a cast lives as long as the op that
+//    reads it, and none is left in the cache. (Cached, a cast made without grad would also be
+//    handed to a later use of the same weight under grad outside the chain, without its
+//    gradient.)
 class AutocastScope {
  public:
-  explicit AutocastScope(const AutocastState& call) : saved_(AutocastState::current()) {
-    active_ = !call.sameCasts(saved_);
-    if (active_) call.makeCurrent();
+  AutocastScope(const AutocastState& call, bool records) : saved_(AutocastState::current()) {
+    AutocastState stage = call;
+    stage.cache = call.cache && records;
+    clears_ = stage.cache && (call.cpu || call.cuda);
+    active_ = !stage.sameCasts(saved_) || stage.cache != saved_.cache;
+    if (active_) stage.makeCurrent();
   }
   ~AutocastScope() {
-    if (!active_) return;
-    at::autocast::clear_cache();
-    saved_.makeCurrent();
+    if (clears_) at::autocast::clear_cache();
+    if (active_) saved_.makeCurrent();
   }
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
@@ -120,6 +130,7 @@ class AutocastScope {
  private:
   AutocastState saved_;
   bool active_ = false;
+  bool clears_ = false;
 };
 
 struct CallbackNode : public torch::autograd::Node {
@@ -212,6 +223,15 @@ InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments) {
   std::sort(parameter_types.begin(), parameter_types.end());
   std::string parameters = "parameters and buffers:";
   for (const auto& type : parameter_types) parameters += " " + type;
+  // Under autocast the stages hold other tensors (casts, activations in another dtype).
+  const AutocastState autocast = AutocastState::current();
+  if (const auto device = chainDevice(arguments)) {
+    if (device->is_cpu() && autocast.cpu) {
+      parameters += ", under autocast to " + std::string(c10::toString(autocast.cpu_dtype));
+    } else if (device->is_cuda() && autocast.cuda) {
+      parameters += ", under autocast to " + std::string(c10::toString(autocast.cuda_dtype));
+    }
+  }
   key.types.push_back(parameters);
   return key;
 }
@@ -224,6 +244,30 @@ std::string InputKey::str() const {
   }
   if (types.size() > shapes.size()) text += "; " + types.back();
   return text;
+}
+
+// Under autocast the unmodified model casts a weight once per autocast region and sums the
+// gradients of its uses in the autocast dtype; the stages keep autocast's cache to themselves
+// (AutocastScope), so a weight that several stages cast gets those parts summed in float32.
+void StageRunner::warnOfWeightsCastBySeveralStages() const {
+  const auto device = chainDevice(arguments_);
+  if (!device || !((device->is_cpu() && autocast_.cpu) || (device->is_cuda() && autocast_.cuda)))
+    return;
+  std::unordered_map<size_t, int> first_stage;  // first position -> the first stage casting it
+  for (int l = 1; l <= stages_->size(); ++l) {
+    for (size_t j : stages_->castLifted(l)) {
+      const size_t k = stages_->stage(l).lifted[j];
+      const auto [it, inserted] = first_stage.emplace(first_positions_[stages_->position(k)], l);
+      if (inserted || it->second == l) continue;
+      TORCH_WARN_ONCE("jitckpt: under autocast, stages ", it->second, " and ", l, " both cast '",
+                      stages_->lifted()[k].name,
+                      "' to the autocast dtype, each for itself (autocast's cache of casts is "
+                      "kept to one stage, so that casts do not pile up over the forward): its "
+                      "gradient sums their parts in float32 where the unmodified model sums them "
+                      "in the autocast dtype, and differs from it in the last bits");
+      return;
+    }
+  }
 }
 
 StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArguments arguments,
@@ -280,6 +324,7 @@ StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArgumen
     }
   }
   if (buffer_writes_ == BufferWrites::FirstRunUpdates) keepEntryValues();
+  warnOfWeightsCastBySeveralStages();
   // Scratch copies are made up front, so that measurements never see them allocated.
   if (buffer_writes_ == BufferWrites::Scratch) {
     for (int l = 1; l <= stages_->size(); ++l) {
@@ -392,7 +437,7 @@ Tensors StageRunner::run(int l, const Tensors& activations, Mode mode,
     }
   }
   try {
-    const AutocastScope autocast(autocast_);
+    const AutocastScope autocast(autocast_, mode == Mode::Record);
     torch::jit::InterpreterState(stages_->code(l)).run(stack);
   } catch (const std::exception& e) {  // c10::Error, and the interpreter's own errors
     if (resume) resume->restore();

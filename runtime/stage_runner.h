@@ -178,6 +178,7 @@ class StageRunner {
   // recomputation; on the first run (`first_run`), keeps a copy where one is needed.
   at::Tensor valueAtFirstRun(int l, size_t j, bool first_run);
   void keepEntryValues();
+  void warnOfWeightsCastBySeveralStages() const;
 
   std::shared_ptr<const ChainStages> stages_;
   ChainArguments arguments_;

@@ -37,6 +37,43 @@ bool choosesKernelByAutograd(const torch::jit::Node* n) {
   return recurrentKinds().count(kind) > 0 || kind == "aten::scaled_dot_product_attention";
 }
 
+// Ops that autocast runs in its lower-precision dtype, casting their float32 arguments first: a
+// weight they read directly is cast, and the cast cached while the autocast region lasts.
+bool castsForAutocast(const torch::jit::Node* n) {
+  static const std::unordered_set<std::string> kinds = {"aten::_convolution",
+                                                        "aten::conv1d",
+                                                        "aten::conv2d",
+                                                        "aten::conv3d",
+                                                        "aten::conv_tbc",
+                                                        "aten::conv_transpose1d",
+                                                        "aten::conv_transpose2d",
+                                                        "aten::conv_transpose3d",
+                                                        "aten::convolution",
+                                                        "aten::prelu",
+                                                        "aten::addmm",
+                                                        "aten::addmv",
+                                                        "aten::addr",
+                                                        "aten::matmul",
+                                                        "aten::einsum",
+                                                        "aten::mm",
+                                                        "aten::mv",
+                                                        "aten::linear",
+                                                        "aten::addbmm",
+                                                        "aten::baddbmm",
+                                                        "aten::bmm",
+                                                        "aten::chain_matmul",
+                                                        "aten::linalg_multi_dot",
+                                                        "aten::lstm_cell",
+                                                        "aten::gru_cell",
+                                                        "aten::rnn_tanh_cell",
+                                                        "aten::rnn_relu_cell",
+                                                        "aten::lstm",
+                                                        "aten::gru",
+                                                        "aten::rnn_tanh",
+                                                        "aten::rnn_relu"};
+  return kinds.count(n->kind().toQualString()) > 0;
+}
+
 // Whether chain output i is read by an op of a stage: followed back from stage L through the
 // stages that pass it on, to the one that makes it.
 bool readInside(const std::vector<StageSpec>& stages, size_t i) {
@@ -199,6 +236,16 @@ ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<Lifte
     for (size_t j = 0; j < stage.lifted.size(); ++j)
       reads_value.push_back(valueIsRead(stage.graph->inputs()[stage.num_activation_inputs + j]));
     reads_value_.push_back(std::move(reads_value));
+    std::vector<size_t> cast;
+    for (size_t j = 0; j < stage.lifted.size(); ++j) {
+      if (lifted_[stage.lifted[j]].kind != LiftedKind::Parameter) continue;
+      const auto& uses = stage.graph->inputs()[stage.num_activation_inputs + j]->uses();
+      const bool casts = std::any_of(uses.begin(), uses.end(), [](const torch::jit::Use& use) {
+        return castsForAutocast(use.user) || use.user->kind() == c10::prim::ListConstruct;
+      });
+      if (casts) cast.push_back(j);
+    }
+    cast_lifted_.push_back(std::move(cast));
     random_.push_back(containsNode(stage.graph->block(), drawsRandomNumbers));
     autograd_kernels_.push_back(containsNode(stage.graph->block(), choosesKernelByAutograd));
     stages_.push_back(std::move(stage));

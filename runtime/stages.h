@@ -73,6 +73,10 @@ class ChainStages {
   // to BatchNorm as running statistics (which training reads not, and which nothing writes in
   // eval). A recomputation must read such a value as the stage's first run did.
   bool readsValue(int l, size_t j) const { return reads_value_.at(l - 1).at(j); }
+  // Entries j of stage l's `lifted` that are parameters an op reads in the autocast dtype (a
+  // Linear's or a convolution's weight; an RNN's, through the list it reads them from): under
+  // autocast each stage casts its own copy of them.
+  const std::vector<size_t>& castLifted(int l) const { return cast_lifted_.at(l - 1); }
   const std::vector<LiftedSpec>& lifted() const { return lifted_; }
   // Where lifted value k arrives: its index among the op's lifted tensors (Parameter, Buffer) or
   // lifted scalars (Scalar).
@@ -95,6 +99,7 @@ class ChainStages {
   std::vector<bool> outputs_read_inside_;
   std::vector<bool> outputs_never_require_grad_;
   std::vector<std::vector<bool>> reads_value_;
+  std::vector<std::vector<size_t>> cast_lifted_;
   std::vector<LiftedSpec> lifted_;
   std::vector<size_t> position_;
   size_t num_tensors_ = 0;

@@ -1,0 +1,168 @@
+"""Training under torch.autocast (CPU, bfloat16), forward under autocast and backward outside it, as
+training loops do: every model family (bench/families.py, "test" sizes) at the smallest limit that
+works, planned from example inputs under autocast or at its first call, trains bit for bit like
+the unmodified model and keeps its measured step peak within the limit. Autocast caches a cast of
+every weight until its region ends; the stages keep that cache to themselves, so that the casts do
+not pile up over the forward outside the plan."""
+import copy
+import os
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import jitckpt
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+
+import families  # noqa: E402
+from test_model_families import assert_same_training  # noqa: E402
+
+DTYPE = torch.bfloat16
+
+
+def autocast():
+    return torch.autocast("cpu", dtype=DTYPE)
+
+
+def train(model, inputs, loss, steps=2):
+    """Outputs, gradients and buffers after each step; forward under autocast, backward outside."""
+    records = []
+    for seed in range(steps):
+        torch.manual_seed(seed)
+        model.zero_grad(set_to_none=True)
+        with torch.jit.optimized_execution(False):
+            with autocast():
+                output = model(*inputs)
+                value = loss(output)
+            value.backward()
+        records.append(([t.detach().clone() for t in families.tensors_of(output)],
+                        {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()},
+                        {n: b.clone() for n, b in model.named_buffers()}))
+    return records
+
+
+def light_loss(output):
+    """(output * fixed weights).sum(): nothing beside the output's gradient outside the plan."""
+    outputs = [t for t in families.tensors_of(output) if t.is_floating_point()]
+    generator = torch.Generator().manual_seed(7)
+    return sum((t * torch.randn(t.shape, generator=generator).to(t.dtype)).sum() for t in outputs)
+
+
+def step_peak(model, inputs) -> int:
+    """Bytes one step allocates above what was live before it, after a warm-up step, with the
+    gradients freed before it (zero_grad(set_to_none=True))."""
+    for seed in range(2):
+        torch.manual_seed(seed)
+        model.zero_grad(set_to_none=True)
+        with torch.jit.optimized_execution(False):
+            with jitckpt.cpu_memory() as memory:
+                with autocast():
+                    output = model(*inputs)
+                    value = light_loss(output)
+                value.backward()
+    return memory.peak
+
+
+@pytest.fixture(scope="module", params=list(families.FAMILIES))
+def family(request):
+    family = families.FAMILIES[request.param]("test")
+    try:
+        first = train(family.make(0), family.inputs, family.loss)
+    except RuntimeError as e:  # PyTorch's own: 1.13's nn.TransformerEncoder fast path under bf16
+        pytest.skip(f"{family.name}: the unmodified model does not train under autocast here: {e}")
+    second = train(family.make(0), family.inputs, family.loss)
+    try:
+        assert_same_training(family.name, first, second)
+    except AssertionError as e:
+        pytest.skip(f"{family.name}: the unmodified model is not deterministic under autocast: {e}")
+    return family, first
+
+
+@pytest.mark.parametrize("deferred", [False, True], ids=["example_inputs", "deferred"])
+def test_trains_bit_for_bit_within_the_limit_at_the_smallest_limit(family, deferred, request):
+    family, reference = family
+    if family.name == "inception" and not deferred:
+        # Measured per op: B of the stage that starts a branch off the passed-through block input
+        # (blocks.1/2.branch3x3dbl.0) allocates about 45 KB more in the step than its profiled run
+        # under bfloat16 (as predicted in float32), and the schedule at "min" peaks there.
+        request.applymarker(pytest.mark.xfail(strict=True, reason="peak x1.035-1.055 of the limit under autocast"))
+    with autocast(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deferred: "planning at the first call"
+        model = jitckpt.checkpoint(family.make(0), None if deferred else family.inputs,
+                                   memory_limit="min", profile_repeats=1)
+        assert_same_training(f"{family.name} under autocast", reference, train(model, family.inputs, family.loss))
+    info = jitckpt.plan(model)
+    assert info["num_stages"] >= family.blocks
+    peak = step_peak(model, family.inputs)
+    assert peak <= info["memory_limit"] * 1.02 + 8 * 1024, \
+        f"{family.name}: measured peak {peak} bytes, limit {info['memory_limit']} " \
+        f"(x{peak / info['memory_limit']:.3f}, {info['num_stages']} stages)"
+
+
+class WideMLP(nn.Module):
+    """Weights far larger than the activations: the bfloat16 casts of all of them at once are
+    nearly half the smallest limit (which holds the float32 parameter gradients)."""
+
+    def __init__(self, width: int = 256, depth: int = 12):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(width, width) for _ in range(depth)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = F.relu(layer(x))
+        return x
+
+
+def test_casts_do_not_pile_up_over_the_forward():
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 256),)
+    eager = WideMLP()
+    reference = train(torch.jit.script(copy.deepcopy(eager)), inputs, light_loss)
+    with autocast():
+        model = jitckpt.checkpoint(torch.jit.script(eager), inputs, memory_limit="min", profile_repeats=1)
+    assert_same_training("WideMLP under autocast", reference, train(model, inputs, light_loss))
+    info = jitckpt.plan(model)
+    casts = sum(layer.weight.numel() * 2 for layer in eager.layers)
+    assert casts > 0.2 * info["memory_limit"], "the test needs casts that the limit cannot hide"
+    peak = step_peak(model, inputs)
+    assert peak <= info["memory_limit"] * 1.02 + 8 * 1024, \
+        f"measured peak {peak} bytes, limit {info['memory_limit']} (all casts: {casts} bytes)"
+
+
+class SharedWeight(nn.Module):
+    """One Linear applied at both ends of the chain (as ALBERT shares its layers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.shared = nn.Linear(32, 32)
+        self.middle = nn.ModuleList([nn.Linear(32, 32) for _ in range(4)])
+
+    def forward(self, x):
+        x = torch.tanh(self.shared(x))
+        for layer in self.middle:
+            x = torch.tanh(layer(x))
+        return self.shared(x)
+
+
+def test_a_weight_several_stages_cast_is_named_and_gets_its_gradient():
+    """The unmodified model casts the shared weight once and sums its two gradients in bfloat16;
+    each stage casts it for itself, so the sum is float32's: a warning names it, every other
+    gradient is bit for bit, and its own is the same to bfloat16's precision."""
+    torch.manual_seed(0)
+    inputs = (torch.randn(4, 32),)
+    eager = SharedWeight()
+    reference = train(torch.jit.script(copy.deepcopy(eager)), inputs, light_loss)
+    with autocast():
+        with pytest.warns(UserWarning, match="both cast 'shared[.]"):
+            model = jitckpt.checkpoint(torch.jit.script(eager), inputs, memory_limit="min", profile_repeats=1)
+    ours = train(model, inputs, light_loss)
+    for (_, grads_a, _), (_, grads_b, _) in zip(reference, ours):
+        for name, a in grads_a.items():
+            if name.startswith("shared."):
+                assert torch.allclose(a, grads_b[name], rtol=2 ** -7, atol=1e-6), name
+            else:
+                assert torch.equal(a, grads_b[name]), name
