@@ -53,13 +53,15 @@ auto parseOption(Parse parse) {
   }
 }
 
-jitckpt::CheckpointOptions makeOptions(const std::string& strategy, int slots, int max_stages,
-                                       int segments, int profile_repeats, py::object progress,
-                                       py::object profile_progress, const std::string& costs_json,
+jitckpt::CheckpointOptions makeOptions(const std::string& strategy, const std::string& schedule,
+                                       int slots, int max_stages, int segments, int profile_repeats,
+                                       py::object progress, py::object profile_progress,
+                                       const std::string& costs_json,
                                        const std::string& costs_input_key) {
   jitckpt::CheckpointOptions options;
   options.slots = slots;
   options.strategy = parseOption([&] { return jitckpt::solver::parseStrategy(strategy); });
+  options.given = parseOption([&] { return jitckpt::solver::parseSchedule(schedule); });
   options.max_stages = max_stages;
   options.segments = segments;
   options.profile_repeats = profile_repeats;
@@ -184,13 +186,14 @@ void defineCheckpointApi(py::module_& m) {
   m.def(
       "checkpoint",
       [](const torch::jit::Module& module, const py::object& example_inputs,
-         const std::string& memory_limit, const std::string& strategy, int slots, int max_stages,
-         int segments, int profile_repeats, py::object progress, py::object profile_progress,
-         const std::string& costs_json, const std::string& costs_input_key, bool verbose) {
+         const std::string& memory_limit, const std::string& strategy, const std::string& schedule,
+         int slots, int max_stages, int segments, int profile_repeats, py::object progress,
+         py::object profile_progress, const std::string& costs_json,
+         const std::string& costs_input_key, bool verbose) {
         jitckpt::PythonWarnings warnings;
-        auto options =
-            makeOptions(strategy, slots, max_stages, segments, profile_repeats, std::move(progress),
-                        std::move(profile_progress), costs_json, costs_input_key);
+        auto options = makeOptions(strategy, schedule, slots, max_stages, segments, profile_repeats,
+                                   std::move(progress), std::move(profile_progress), costs_json,
+                                   costs_input_key);
         options.verbose = verbose;
         const auto limit =
             parseOption([&] { return jitckpt::solver::MemoryLimit::parse(memory_limit); });
@@ -204,9 +207,9 @@ void defineCheckpointApi(py::module_& m) {
         return jitckpt::checkpoint(module, inputs, limit, options);
       },
       py::arg("module"), py::arg("example_inputs"), py::arg("memory_limit"), py::arg("strategy"),
-      py::arg("slots"), py::arg("max_stages"), py::arg("segments"), py::arg("profile_repeats"),
-      py::arg("progress"), py::arg("profile_progress") = py::none(), py::arg("costs_json") = "",
-      py::arg("costs_input_key") = "", py::arg("verbose") = false);
+      py::arg("schedule"), py::arg("slots"), py::arg("max_stages"), py::arg("segments"),
+      py::arg("profile_repeats"), py::arg("progress"), py::arg("profile_progress") = py::none(),
+      py::arg("costs_json") = "", py::arg("costs_input_key") = "", py::arg("verbose") = false);
   m.def(
       "_jit_pass_jitckpt_checkpoint",
       [](const torch::jit::Module& module, const std::string& memory_limit,

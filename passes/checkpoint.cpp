@@ -30,6 +30,10 @@ void checkOptions(const CheckpointOptions& options) {
               "not ", options.max_stages);
   TORCH_CHECK(options.profile_repeats >= 0, "jitckpt: profile_repeats must be 0 (the default) ",
               "or a count of timed runs per stage, not ", options.profile_repeats);
+  TORCH_CHECK((options.strategy == Strategy::Given) == !options.given.empty(),
+              "jitckpt: the strategy \"given\" runs the schedule given with it, and only it: give ",
+              "a schedule (jitckpt.checkpoint(..., schedule=\"Fall(1) ... B(1)\")) or another "
+              "strategy");
 }
 
 // The timed runs per stage: as asked, or the default where they are taken.
@@ -132,7 +136,7 @@ torch::jit::Module checkpoint(const torch::jit::Module& module,
   const ChainArguments arguments =
       prologueArguments(cloned.module, cloned.partition, example_inputs);
   auto stages = chainStagesOf(cloned.partition);
-  SolveOptions solve_options{options.strategy, options.slots, options.segments};
+  SolveOptions solve_options{options.strategy, options.slots, options.segments, options.given};
   solve_options.epilogue_gradient_bytes = epilogueGradientBytes(cloned.module, cloned.partition);
   const int64_t outside_bytes = outsideGradientBytes(cloned.module, cloned.partition);
   availableForActivations(limit, arguments, outside_bytes, solve_options);
@@ -156,7 +160,8 @@ torch::jit::Module checkpoint(const torch::jit::Module& module, const MemoryLimi
   PartitionOptions partition_options;
   partition_options.max_stages = options.max_stages;
   PartitionedClone cloned = partitionClone(module, partition_options, /*share_tensors=*/true);
-  Solution solution = deferredSolution(limit, options.strategy, options.slots, options.segments);
+  Solution solution =
+      deferredSolution(limit, options.strategy, options.slots, options.segments, options.given);
   solution.profile_repeats = profileRepeats(options, kFirstCallProfileRepeats);
   solution.outside_gradient_bytes = outsideGradientBytes(cloned.module, cloned.partition);
   solution.epilogue_gradient_bytes = epilogueGradientBytes(cloned.module, cloned.partition);

@@ -27,8 +27,9 @@ constexpr int kFirstCallProfileRepeats = 3;
 struct CheckpointOptions {
   int slots = 500;  // memory discretization of the DP
   Strategy strategy = Strategy::Optimal;
-  int segments = 0;    // periodic: segment count; 0 picks the fastest that fits
-  int max_stages = 0;  // partition: 0 for no limit
+  int segments = 0;        // periodic: segment count; 0 picks the fastest that fits
+  solver::Schedule given;  // strategy Given: the schedule to run (over the stages and the terminal)
+  int max_stages = 0;      // partition: 0 for no limit
   // Timing: median of this many runs after a warm-up; 0: kProfileRepeats with example inputs,
   // kFirstCallProfileRepeats at the first training call (its profile is part of a training step).
   int profile_repeats = 0;

@@ -30,7 +30,7 @@ class ProfilingReplanner final : public Replanner {
     const auto start = std::chrono::steady_clock::now();
     solver::Costs costs = profileStages(planned.sharedStages(), arguments, options).costs;
     const InputKey key = inputKey(planned.stages(), arguments);
-    SolveOptions solve_options{old.strategy, old.slots, old.segments};
+    SolveOptions solve_options{old.strategy, old.slots, old.segments, old.given};
     solve_options.epilogue_gradient_bytes = old.epilogue_gradient_bytes;
     availableForActivations(old.requested_limit, arguments, old.outside_gradient_bytes,
                             solve_options);

@@ -19,7 +19,7 @@ solver::Selection selectWith(const solver::Costs& costs, const SolveOptions& opt
                              Select&& select) {
   const int stages = costs.length() - 1;  // periodic schedules segment the model's stages only
   try {
-    return select(solver::SelectOptions{options.slots, options.segments, stages});
+    return select(solver::SelectOptions{options.slots, options.segments, stages, options.given});
   } catch (const std::invalid_argument& e) {
     TORCH_CHECK(false, e.what());
   }
@@ -115,6 +115,7 @@ Solution solveCosts(solver::Costs costs, const solver::MemoryLimit& limit,
   s.strategy = options.strategy;
   s.slots = options.slots;
   s.segments = options.segments;
+  s.given = options.given;
   s.input_key = std::move(input_key);
   s.requested_limit = limit;
   s.unconstrained_peak = solver::simulate(s.costs, solver::noCheckpointSchedule(s.costs)).peak;

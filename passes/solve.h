@@ -22,8 +22,9 @@ namespace jitckpt {
 
 struct SolveOptions {
   solver::Strategy strategy = solver::Strategy::Optimal;
-  int slots = 500;   // memory slots of the DP
-  int segments = 0;  // periodic: segment count; 0 picks the fastest that fits
+  int slots = 500;              // memory slots of the DP
+  int segments = 0;             // periodic: segment count; 0 picks the fastest that fits
+  solver::Schedule given = {};  // Strategy::Given: the schedule to run
   // For "auto": the device's available bytes and the bytes of parameter gradients not allocated
   // yet (availableForActivations fills both).
   int64_t available_bytes = -1;

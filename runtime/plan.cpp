@@ -44,13 +44,14 @@ std::string formatMilliseconds(double ms) {
 }  // namespace
 
 Solution deferredSolution(const solver::MemoryLimit& limit, solver::Strategy strategy, int slots,
-                          int segments) {
+                          int segments, solver::Schedule given) {
   Solution s;
   s.deferred = true;
   s.requested_limit = limit;
   s.strategy = strategy;
   s.slots = slots;
   s.segments = segments;
+  s.given = std::move(given);
   return s;
 }
 

@@ -37,6 +37,7 @@ struct Solution {
   double predicted_time = 0;  // ms
   int slots = 500;
   int segments = 0;                       // periodic: as asked (0: the fastest count that fits)
+  solver::Schedule given;                 // strategy "given": the schedule asked for
   std::vector<solver::CurvePoint> curve;  // time-memory curve of the optimal solver
   InputKey input_key;                     // the inputs it was solved for
   solver::MemoryLimit requested_limit;    // as given: a fraction stays one for other keys
@@ -88,9 +89,10 @@ class Plan : public torch::CustomClassHolder {
   bool verbose_ = false;
 };
 
-// A deferred solution: `limit`, `strategy`, `slots` and `segments` as asked, nothing solved.
+// A deferred solution: `limit`, `strategy`, `slots`, `segments` and the `given` schedule as
+// asked, nothing solved.
 Solution deferredSolution(const solver::MemoryLimit& limit, solver::Strategy strategy, int slots,
-                          int segments);
+                          int segments, solver::Schedule given = {});
 
 // The module attribute that holds the Plan in a rewritten module.
 constexpr const char* kPlanAttribute = "_jitckpt_plan";

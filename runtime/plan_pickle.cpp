@@ -31,6 +31,7 @@ Json solutionToJson(const Solution& s) {
   meta["outside_gradient_bytes"] = s.outside_gradient_bytes;
   meta["epilogue_gradient_bytes"] = s.epilogue_gradient_bytes;
   meta["profile_repeats"] = s.profile_repeats;
+  if (s.strategy == solver::Strategy::Given) meta["given_schedule"] = solver::toString(s.given);
   if (s.deferred) {  // planned where it runs
     meta["deferred"] = true;
     return meta;
@@ -50,11 +51,12 @@ Json solutionToJson(const Solution& s) {
 }
 
 Solution solutionFromJson(const Json& meta) {
+  const solver::Schedule given = solver::parseSchedule(meta.value("given_schedule", std::string()));
   if (meta.value("deferred", false)) {
     Solution s =
         deferredSolution(solver::MemoryLimit::parse(meta.at("requested_limit").get<std::string>()),
                          solver::parseStrategy(meta.at("strategy").get<std::string>()),
-                         meta.at("slots").get<int>(), meta.value("segments", 0));
+                         meta.at("slots").get<int>(), meta.value("segments", 0), given);
     s.outside_gradient_bytes = meta.value("outside_gradient_bytes", int64_t{0});
     s.epilogue_gradient_bytes = meta.value("epilogue_gradient_bytes", int64_t{0});
     s.profile_repeats = meta.value("profile_repeats", 3);
@@ -72,6 +74,7 @@ Solution solutionFromJson(const Json& meta) {
   s.predicted_time = meta.at("predicted_time").get<double>();
   s.slots = meta.at("slots").get<int>();
   s.segments = meta.value("segments", 0);
+  s.given = given;
   s.unconstrained_peak = meta.at("unconstrained_peak").get<int64_t>();
   s.input_key.shapes = meta.at("input_shapes").get<std::vector<std::vector<int64_t>>>();
   // Absent from plans saved before they were recorded.

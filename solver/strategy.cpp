@@ -53,6 +53,7 @@ std::string describe(Strategy strategy) {
   return strategy == Strategy::Optimal   ? "checkpointing"
          : strategy == Strategy::None    ? "no-checkpointing"
          : strategy == Strategy::Revolve ? "revolve-style"
+         : strategy == Strategy::Given   ? "given"
                                          : "periodic";
 }
 
@@ -132,6 +133,7 @@ Strategy parseStrategy(const std::string& name) {
   if (name == "periodic") return Strategy::Periodic;
   if (name == "revolve") return Strategy::Revolve;
   if (name == "none") return Strategy::None;
+  if (name == "given") return Strategy::Given;
   throw std::invalid_argument("unknown strategy '" + name +
                               "': use optimal, periodic, revolve or none");
 }
@@ -146,6 +148,8 @@ std::string toString(Strategy strategy) {
       return "revolve";
     case Strategy::None:
       return "none";
+    case Strategy::Given:
+      return "given";
   }
   return "?";
 }
@@ -156,11 +160,47 @@ void checkSlots(const SelectOptions& options) {
     throw std::invalid_argument("the number of memory slots must be at least 1, not " +
                                 std::to_string(options.slots));
 }
+
+// The given schedule, simulated; std::invalid_argument where it is not valid and complete.
+SimulationResult simulateGiven(const Costs& chain, const Schedule& given) {
+  const SimulationResult sim = simulate(chain, given);
+  if (!sim.valid) {
+    throw std::invalid_argument("the given schedule is not valid for this chain of " +
+                                std::to_string(chain.length()) + " stages (the last one the " +
+                                "hand-off to autograd): op " +
+                                std::to_string(sim.first_invalid_op + 1) + ", " + sim.reason);
+  }
+  if (!sim.complete) {
+    throw std::invalid_argument(
+        "the given schedule ends before B(1): it must compute the gradient of every stage");
+  }
+  return sim;
+}
+
+Selection givenSelection(const SimulationResult& sim, const Schedule& given) {
+  Selection selection;
+  selection.feasible = true;
+  selection.schedule = given;
+  selection.peak = sim.peak;
+  selection.time = sim.time;
+  selection.origin = "given";
+  return selection;
+}
 }  // namespace
 
 Selection selectSchedule(const Costs& chain, int64_t limit, Strategy strategy,
                          const SelectOptions& options) {
   checkSlots(options);
+  if (strategy == Strategy::Given) {
+    const SimulationResult sim = simulateGiven(chain, options.given);
+    if (sim.peak <= limit) return givenSelection(sim, options.given);
+    Selection selection;
+    selection.min_feasible_limit = sim.peak;
+    selection.message = "the given schedule's peak is " + formatBytes(sim.peak) + " (" +
+                        std::to_string(sim.peak) + " bytes), above the memory limit of " +
+                        formatBytes(limit) + "; raise the limit, or give another schedule";
+    return selection;
+  }
   Candidates candidates(chain, limit);
   switch (strategy) {
     case Strategy::Optimal:
@@ -187,6 +227,8 @@ Selection selectSchedule(const Costs& chain, int64_t limit, Strategy strategy,
     case Strategy::None:
       candidates.consider(noCheckpointSchedule(chain), "no checkpointing");
       break;
+    case Strategy::Given:
+      break;
   }
   Selection selection = candidates.take();
   if (!selection.feasible)
@@ -196,6 +238,8 @@ Selection selectSchedule(const Costs& chain, int64_t limit, Strategy strategy,
 
 Selection selectSmallest(const Costs& chain, Strategy strategy, const SelectOptions& options) {
   checkSlots(options);
+  if (strategy == Strategy::Given)
+    return givenSelection(simulateGiven(chain, options.given), options.given);
   if (strategy == Strategy::Periodic || strategy == Strategy::None) {
     const Selection below = selectSchedule(chain, 0, strategy, options);
     if (below.feasible || below.min_feasible_limit < 0) return below;

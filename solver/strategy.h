@@ -13,6 +13,9 @@
 //   revolve   the revolve-style DP (only a^l checkpoints, an Fall before every B), with the same
 //             fallback where nothing fits.
 //   none      no checkpointing.
+//   given     the schedule of SelectOptions::given, as it is: for tests that run every schedule a
+//             chain allows, and for users with a schedule of their own. Refused, naming the
+//             first invalid op, when it is not valid and complete for the chain.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +26,8 @@
 
 namespace jitckpt::solver {
 
-enum class Strategy { Optimal, Periodic, Revolve, None };
-// "optimal", "periodic", "revolve", "none"; throws std::invalid_argument otherwise.
+enum class Strategy { Optimal, Periodic, Revolve, None, Given };
+// "optimal", "periodic", "revolve", "none", "given"; throws std::invalid_argument otherwise.
 Strategy parseStrategy(const std::string& name);
 std::string toString(Strategy strategy);
 
@@ -32,6 +35,7 @@ struct SelectOptions {
   int slots = 500;            // memory slots of the DP
   int segments = 0;           // periodic: segment count; 0 picks the fastest that fits
   int segmented_stages = -1;  // stages periodic schedules segment (see periodicSchedule)
+  Schedule given = {};        // Strategy::Given: the schedule to run
 };
 
 struct Selection {

@@ -85,6 +85,7 @@ def checkpoint(
     memory_limit: MemoryLimit = 0.5,
     *,
     strategy: str = "optimal",
+    schedule: Optional[str] = None,
     slots: int = 500,
     max_stages: int = 0,
     segments: int = 0,
@@ -104,7 +105,11 @@ def checkpoint(
     unconstrained peak (activations and the chain's parameter gradients), "min" (the smallest limit that works, with the fastest
     schedule there), "auto" (what the device has available when the plan is made, less a 10%
     margin and the parameter gradients still to come), or None for no limit. strategy: "optimal" (default),
-    "periodic", "revolve" or "none", for comparisons. The result shares parameters and buffers
+    "periodic", "revolve" or "none", for comparisons. schedule: a schedule of your own over the
+    stages and the terminal hand-off ("Fck(1) Fall(2) Fall(3) B(3) B(2) Fall(1) B(1)" for two
+    stages, in the notation of jitckpt.plan's "schedule"), run as it is (strategy "given"); one
+    that is not valid for the chain, or does not fit memory_limit, is refused, naming why.
+    The result shares parameters and buffers
     with `module`; the module itself is left as it was. Profiling shows a progress bar on a
     terminal (tqdm where installed) or with verbose=True (which also prints what each step did);
     progress: a callable(stage, stages) called instead after each profiled stage.
@@ -125,9 +130,13 @@ def checkpoint(
     if progress is None:
         bar = _ProfileProgress(verbose)
         progress = bar if bar.shown else None
+    if schedule is not None:
+        if strategy not in ("optimal", "given"):
+            raise ValueError(f"a schedule is run as given: leave strategy ({strategy!r}) out")
+        strategy = "given"
     rewritten = _C.checkpoint(
         scripted._c, None if example_inputs is None else list(example_inputs), _limit_text(memory_limit),
-        strategy, slots, max_stages, segments, profile_repeats, report, progress,
+        strategy, schedule or "", slots, max_stages, segments, profile_repeats, report, progress,
         _C.costs_json(reused) if reused is not None else "",
         _C.profile_input_key(reused) if reused is not None else "", verbose,
     )

@@ -76,6 +76,41 @@ def test_training_steps_are_bit_identical(profiled, strategy, limit):
             assert torch.equal(buffers_a[name], buffers_b[name]), name
 
 
+def test_a_given_schedule_runs_as_given_or_is_refused(profiled):
+    """schedule=: run as it is and trains bit for bit, kept through save and load; a schedule the
+    chain does not allow, one over the limit, and one beside another strategy are refused, naming
+    why."""
+    stages = jitckpt.plan(profiled)["num_stages"]
+    # Every stage checkpointed at its input, recomputed just before its backward.
+    given = " ".join(f"Fck({l})" for l in range(1, stages + 1)) + f" Fall({stages + 1}) B({stages + 1}) " + \
+        " ".join(f"Fall({l}) B({l})" for l in range(stages, 0, -1))
+    reference = scripted()
+    rewritten = copy_of(jitckpt.checkpoint(copy_of(reference), (X,), memory_limit=None, schedule=given,
+                                           reuse_profile_of=profiled))
+    info = jitckpt.plan(rewritten)
+    assert (info["strategy"], info["schedule"]) == ("given", given)
+    for seed in (1, 2):
+        out_a, grads_a, buffers_a = step(reference, X, seed)
+        out_b, grads_b, buffers_b = step(rewritten, X, seed)
+        assert torch.equal(out_a, out_b)
+        assert all(torch.equal(grads_a[n], grads_b[n]) for n in grads_a)
+        assert all(torch.equal(buffers_a[n], buffers_b[n]) for n in buffers_a)
+    # Planned at the first call of a saved and loaded copy: the schedule travels with the module.
+    deferred = copy_of(jitckpt.checkpoint(scripted(), memory_limit=None, schedule=given))
+    assert torch.equal(step(deferred, X)[0], step(scripted(), X)[0])
+    assert (jitckpt.plan(deferred)["strategy"], jitckpt.plan(deferred)["schedule"]) == ("given", given)
+    with pytest.raises(RuntimeError, match="not valid for this chain"):
+        jitckpt.checkpoint(scripted(), (X,), memory_limit=None, schedule="Fall(2) B(1)", reuse_profile_of=profiled)
+    with pytest.raises(RuntimeError, match="ends before B[(]1[)]"):
+        jitckpt.checkpoint(scripted(), (X,), memory_limit=None, schedule=given.rsplit(" ", 1)[0],
+                           reuse_profile_of=profiled)
+    with pytest.raises(RuntimeError, match="above the memory limit"):
+        jitckpt.checkpoint(scripted(), (X,), memory_limit=info["predicted_peak"] - 1, schedule=given,
+                           reuse_profile_of=profiled)
+    with pytest.raises(ValueError, match="leave strategy"):
+        jitckpt.checkpoint(scripted(), (X,), strategy="revolve", schedule=given)
+
+
 def test_memory_limit_forms_and_plan(profiled):
     info = jitckpt.plan(profiled)
     peak = info["unconstrained_peak"]

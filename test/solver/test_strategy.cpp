@@ -180,3 +180,43 @@ TEST(Strategy, NoCheckpointingWhereItFits) {
                  noCheckpointSchedule(chain));
   }
 }
+
+// "given": any valid schedule is selected as it is, at its simulated peak and time; one that the
+// chain does not allow, or that stops before the last gradient, is refused naming why; one above
+// the limit is infeasible with its own peak as the smallest limit.
+TEST(Strategy, GivenSchedulesRunAsTheyAreOrAreRefused) {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    const Costs chain = randomCosts(3 + static_cast<int>(seed % 6), seed, 50, 20);
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    for (const Schedule& given : {noCheckpointSchedule(chain), periodicSchedule(chain, 2)}) {
+      const SimulationResult sim = simulate(chain, given);
+      ASSERT_TRUE(sim.valid && sim.complete);
+      SelectOptions options;
+      options.given = given;
+      const Selection at = selectSchedule(chain, sim.peak, Strategy::Given, options);
+      ASSERT_TRUE(at.feasible) << at.message;
+      EXPECT_EQ(at.schedule, given);
+      EXPECT_EQ(at.peak, sim.peak);
+      EXPECT_DOUBLE_EQ(at.time, sim.time);
+      EXPECT_EQ(selectSmallest(chain, Strategy::Given, options).peak, sim.peak);
+      const Selection below = selectSchedule(chain, sim.peak - 1, Strategy::Given, options);
+      EXPECT_FALSE(below.feasible);
+      EXPECT_EQ(below.min_feasible_limit, sim.peak);
+      EXPECT_NE(below.message.find("above the memory limit"), std::string::npos);
+    }
+  }
+  const Costs chain = randomCosts(4, 3, 50, 20);
+  SelectOptions options;
+  options.given = noCheckpointSchedule(chain);
+  options.given.erase(options.given.begin());  // Fall(2) before Fall(1)
+  try {
+    selectSchedule(chain, 1 << 30, Strategy::Given, options);
+    ADD_FAILURE() << "an invalid schedule was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("op 1"), std::string::npos) << e.what();
+  }
+  options.given = noCheckpointSchedule(chain);
+  options.given.pop_back();  // no B(1)
+  EXPECT_THROW(selectSmallest(chain, Strategy::Given, options), std::invalid_argument);
+  EXPECT_EQ(parseStrategy("given"), Strategy::Given);
+}
