@@ -15,6 +15,7 @@ Families (all script on PyTorch 1.13 and 2.x, with dropout where the family has 
   transformer_encoder  nn.TransformerEncoder (batch_first) with a bool padding mask input
   gpt_mask_input       GPT decoder, matmul/softmax attention, additive causal mask passed in
   gpt_mask_builtin     the same, causal mask (torch.triu) and positions (torch.arange) built in forward
+  llama                Llama-style: RMSNorm, rotary positions, grouped-query attention, SwiGLU, tied head
   bert_encoder         BERT encoder, 0/1 attention mask made additive in forward, post-LN, pooler
   encoder_decoder      pre-LN encoder-decoder, source padding mask: every decoder block reads the encoder's output
   two_input            an image branch of convs and a vector input, fused; returns (logits, aux)
@@ -232,6 +233,92 @@ def gpt_mask_builtin(size: str = "test", device: str = "cpu") -> Family:
     idx = torch.randint(0, vocab, (b, t), generator=_generator())
     return _family("gpt_mask_builtin", lambda: GPTMaskBuiltin(vocab, t, d, heads, layers, 0.1), (idx,),
                    layers, device, f"GPT, {layers} blocks, d {d}, {heads} heads, mask built in forward")
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        x32 = x.float()
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return normed.type_as(x) * self.weight
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary position embedding, in the half-split layout of Llama's Hugging Face port."""
+    half = x.size(-1) // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class LlamaBlock(nn.Module):
+    """Pre-RMSNorm block: grouped-query attention with rotary positions, a SwiGLU feed-forward."""
+
+    def __init__(self, d: int, heads: int, kv_heads: int, hidden: int):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, d // heads
+        self.attn_norm = RMSNorm(d)
+        self.wq = nn.Linear(d, d, bias=False)
+        self.wkv = nn.Linear(d, 2 * kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(d, d, bias=False)
+        self.ffn_norm = RMSNorm(d)
+        self.gate = nn.Linear(d, hidden, bias=False)
+        self.up = nn.Linear(d, hidden, bias=False)
+        self.down = nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor) -> Tensor:
+        b, t = x.size(0), x.size(1)
+        h = self.attn_norm(x)
+        q = self.wq(h).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        k, v = self.wkv(h).view(b, t, 2, self.kv_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        repeat = self.heads // self.kv_heads
+        k = k.repeat_interleave(repeat, dim=1)
+        v = v.repeat_interleave(repeat, dim=1)
+        att = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+        att = F.softmax(att.masked_fill(mask, float("-inf")).float(), dim=-1).type_as(q)
+        y = torch.matmul(att, v).transpose(1, 2).reshape(b, t, -1)
+        x = x + self.wo(y)
+        h = self.ffn_norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class Llama(nn.Module):
+    """A Llama-style decoder: token embedding tied to the output head, rotary tables and the bool
+    causal mask built in forward from the input's length."""
+
+    def __init__(self, vocab: int, d: int, heads: int, kv_heads: int, layers: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList([LlamaBlock(d, heads, kv_heads, 8 * d // 3) for _ in range(layers)])
+        self.norm = RMSNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.embed.weight
+        self.head_dim = d // heads
+
+    def forward(self, idx: Tensor) -> Tensor:
+        t = idx.size(1)
+        inv = 1.0 / (10000.0 ** (torch.arange(0, self.head_dim, 2, device=idx.device).float() / self.head_dim))
+        angles = torch.outer(torch.arange(t, device=idx.device).float(), inv)
+        angles = torch.cat((angles, angles), dim=-1)
+        cos, sin = angles.cos(), angles.sin()
+        mask = torch.triu(torch.ones(t, t, dtype=torch.bool, device=idx.device), diagonal=1)
+        x = self.embed(idx)
+        for block in self.blocks:
+            x = block(x, cos, sin, mask)
+        return self.head(self.norm(x))
+
+
+def llama(size: str = "test", device: str = "cpu") -> Family:
+    # batch, sequence, vocab, d, heads, kv heads, layers
+    b, t, vocab, d, heads, kv_heads, layers = _pick(size, (2, 32, 64, 32, 4, 2, 4), (4, 128, 512, 256, 8, 2, 6),
+                                                    (8, 2048, 32000, 1024, 16, 4, 12))
+    idx = torch.randint(0, vocab, (b, t), generator=_generator())
+    return _family("llama", lambda: Llama(vocab, d, heads, kv_heads, layers), (idx,), layers, device,
+                   f"Llama-style, {layers} blocks, d {d}, {heads} heads ({kv_heads} for keys and values)")
 
 
 class BertSelfAttention(nn.Module):
@@ -742,4 +829,5 @@ FAMILIES: Dict[str, Callable[..., Family]] = {
     "dict_output": dict_output,
     "list_output": list_output,
     "spectral_norm": spectral_norm,
+    "llama": llama,
 }
