@@ -20,6 +20,18 @@ Tensors detachAll(const Tensors& tensors) {
   return out;
 }
 
+// A gradient that is a slice of a larger tensor (cat's backward hands each input a slice of the
+// output's gradient) keeps all of it alive until the stage that reads it runs B, where the plan
+// counts it at its own size, as the profile measured it. Copied out, the whole goes once every
+// slice has been. (The values are the same, so the bits are.)
+void copyOutSlices(Tensors& gradients) {
+  for (at::Tensor& g : gradients) {
+    if (!g.defined() || !g.has_storage()) continue;
+    const auto own = static_cast<size_t>(g.numel()) * g.element_size();
+    if (g.storage().nbytes() > own) g = g.clone();
+  }
+}
+
 }  // namespace
 
 ScheduleExecutor::ScheduleExecutor(c10::intrusive_ptr<Plan> plan, ChainArguments arguments)
@@ -138,6 +150,7 @@ void ScheduleExecutor::backwardRun(int l, int m) {
                           ") returned a gradient without taking the sum so far");
     sum = std::move(gradient);
   }
+  if (m > 1) copyOutSlices(gradients.inputs);
   delta_[m - 1] = std::move(gradients.inputs);
   for (int k = l; k >= m; --k) a_[k - 1].reset();  // consumed; abar^{m-1}, if held, stays
 }
