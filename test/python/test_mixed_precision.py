@@ -3,7 +3,7 @@ training loops do: every model family (bench/families.py, "test" sizes) at the s
 works, planned from example inputs under autocast or at its first call, trains bit for bit like
 the unmodified model and keeps its measured step peak within the limit. Autocast caches a cast of
 every weight until its region ends; the stages keep that cache to themselves, so that the casts do
-not pile up over the forward outside the plan."""
+not pile up over the forward outside the plan. Models cast to bfloat16 as a whole, likewise."""
 import copy
 import os
 import sys
@@ -24,18 +24,18 @@ from test_model_families import assert_same_training  # noqa: E402
 DTYPE = torch.bfloat16
 
 
-def autocast():
-    return torch.autocast("cpu", dtype=DTYPE)
+def autocast(enabled: bool = True):
+    return torch.autocast("cpu", dtype=DTYPE, enabled=enabled)
 
 
-def train(model, inputs, loss, steps=2):
+def train(model, inputs, loss, steps=2, under_autocast=True):
     """Outputs, gradients and buffers after each step; forward under autocast, backward outside."""
     records = []
     for seed in range(steps):
         torch.manual_seed(seed)
         model.zero_grad(set_to_none=True)
         with torch.jit.optimized_execution(False):
-            with autocast():
+            with autocast(under_autocast):
                 output = model(*inputs)
                 value = loss(output)
             value.backward()
@@ -161,3 +161,21 @@ def test_a_weight_several_stages_cast_is_named_and_gets_its_gradient():
                 assert torch.allclose(a, grads_b[name], rtol=2 ** -7, atol=1e-6), name
             else:
                 assert torch.equal(a, grads_b[name]), name
+
+
+@pytest.mark.parametrize("name", ["gpt_mask_builtin", "lstm_stack", "inception", "densenet121"])
+def test_a_model_cast_to_bfloat16_as_a_whole(name):
+    """model.to(torch.bfloat16), no autocast: bit for bit at "min" and within the limit."""
+    family = families.FAMILIES[name]("test")
+    inputs = tuple(x.to(DTYPE) if x.is_floating_point() else x for x in family.inputs)
+
+    reference = train(family.make(0).to(DTYPE), inputs, light_loss, under_autocast=False)
+    twice = train(family.make(0).to(DTYPE), inputs, light_loss, under_autocast=False)
+    assert_same_training(f"{name} in bfloat16, twice", reference, twice)
+    model = jitckpt.checkpoint(family.make(0).to(DTYPE), inputs, memory_limit="min", profile_repeats=1)
+    assert_same_training(f"{name} in bfloat16", reference, train(model, inputs, light_loss, under_autocast=False))
+    model.zero_grad(set_to_none=True)
+    with torch.jit.optimized_execution(False), jitckpt.cpu_memory() as memory:
+        light_loss(model(*inputs)).backward()
+    limit = jitckpt.plan(model)["memory_limit"]
+    assert memory.peak <= limit * 1.02 + 8 * 1024, f"{name}: measured peak {memory.peak} bytes, limit {limit}"
