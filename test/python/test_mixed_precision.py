@@ -8,6 +8,7 @@ import copy
 import os
 import sys
 import warnings
+from typing import Optional
 
 import pytest
 import torch
@@ -24,18 +25,33 @@ from test_model_families import assert_same_training  # noqa: E402
 DTYPE = torch.bfloat16
 
 
-def autocast(enabled: bool = True):
-    return torch.autocast("cpu", dtype=DTYPE, enabled=enabled)
+def cpu_autocast_casts_to(dtype: torch.dtype) -> bool:
+    """1.13's CPU autocast takes bfloat16 only; 2.x's takes float16 too."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            with torch.autocast("cpu", dtype=dtype):
+                return torch.nn.functional.linear(torch.ones(1, 1), torch.ones(1, 1)).dtype == dtype
+        except RuntimeError:  # "AutocastCPU only support Bfloat16"
+            return False
 
 
-def train(model, inputs, loss, steps=2, under_autocast=True):
-    """Outputs, gradients and buffers after each step; forward under autocast, backward outside."""
+AUTOCAST_DTYPES = [d for d in (torch.bfloat16, torch.float16) if cpu_autocast_casts_to(d)]
+
+
+def autocast(dtype: Optional[torch.dtype] = DTYPE):
+    return torch.autocast("cpu", dtype=dtype or DTYPE, enabled=dtype is not None)
+
+
+def train(model, inputs, loss, steps=2, dtype: Optional[torch.dtype] = DTYPE):
+    """Outputs, gradients and buffers after each step; forward under autocast to `dtype` (none:
+    without autocast), backward outside."""
     records = []
     for seed in range(steps):
         torch.manual_seed(seed)
         model.zero_grad(set_to_none=True)
         with torch.jit.optimized_execution(False):
-            with autocast(under_autocast):
+            with autocast(dtype):
                 output = model(*inputs)
                 value = loss(output)
             value.backward()
@@ -52,7 +68,7 @@ def light_loss(output):
     return sum((t * torch.randn(t.shape, generator=generator).to(t.dtype)).sum() for t in outputs)
 
 
-def step_peak(model, inputs) -> int:
+def step_peak(model, inputs, dtype: torch.dtype = DTYPE) -> int:
     """Bytes one step allocates above what was live before it, after a warm-up step, with the
     gradients freed before it (zero_grad(set_to_none=True))."""
     for seed in range(2):
@@ -60,41 +76,44 @@ def step_peak(model, inputs) -> int:
         model.zero_grad(set_to_none=True)
         with torch.jit.optimized_execution(False):
             with jitckpt.cpu_memory() as memory:
-                with autocast():
+                with autocast(dtype):
                     output = model(*inputs)
                     value = light_loss(output)
                 value.backward()
     return memory.peak
 
 
-@pytest.fixture(scope="module", params=list(families.FAMILIES))
+@pytest.fixture(scope="module", params=[(name, dtype) for dtype in AUTOCAST_DTYPES for name in families.FAMILIES],
+                ids=lambda p: f"{p[0]}-{str(p[1])[6:]}")
 def family(request):
-    family = families.FAMILIES[request.param]("test")
+    name, dtype = request.param
+    family = families.FAMILIES[name]("test")
     try:
-        first = train(family.make(0), family.inputs, family.loss)
+        first = train(family.make(0), family.inputs, family.loss, dtype=dtype)
     except RuntimeError as e:  # PyTorch's own: 1.13's nn.TransformerEncoder fast path under bf16
         pytest.skip(f"{family.name}: the unmodified model does not train under autocast here: {e}")
-    second = train(family.make(0), family.inputs, family.loss)
+    second = train(family.make(0), family.inputs, family.loss, dtype=dtype)
     try:
         assert_same_training(family.name, first, second)
     except AssertionError as e:
         pytest.skip(f"{family.name}: the unmodified model is not deterministic under autocast: {e}")
-    return family, first
+    return family, dtype, first
 
 
 @pytest.mark.parametrize("deferred", [False, True], ids=["example_inputs", "deferred"])
 def test_trains_bit_for_bit_within_the_limit_at_the_smallest_limit(family, deferred):
-    family, reference = family
-    with autocast(), warnings.catch_warnings():
+    family, dtype, reference = family
+    with autocast(dtype), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # deferred: "planning at the first call"
         model = jitckpt.checkpoint(family.make(0), None if deferred else family.inputs,
                                    memory_limit="min", profile_repeats=1)
-        assert_same_training(f"{family.name} under autocast", reference, train(model, family.inputs, family.loss))
+        assert_same_training(f"{family.name} under autocast to {dtype}", reference,
+                             train(model, family.inputs, family.loss, dtype=dtype))
     info = jitckpt.plan(model)
     assert info["num_stages"] >= family.blocks
-    peak = step_peak(model, family.inputs)
+    peak = step_peak(model, family.inputs, dtype)
     assert peak <= info["memory_limit"] * 1.02 + 8 * 1024, \
-        f"{family.name}: measured peak {peak} bytes, limit {info['memory_limit']} " \
+        f"{family.name}, {dtype}: measured peak {peak} bytes, limit {info['memory_limit']} " \
         f"(x{peak / info['memory_limit']:.3f}, {info['num_stages']} stages)"
 
 
@@ -169,11 +188,11 @@ def test_a_model_cast_to_bfloat16_as_a_whole(name):
     family = families.FAMILIES[name]("test")
     inputs = tuple(x.to(DTYPE) if x.is_floating_point() else x for x in family.inputs)
 
-    reference = train(family.make(0).to(DTYPE), inputs, light_loss, under_autocast=False)
-    twice = train(family.make(0).to(DTYPE), inputs, light_loss, under_autocast=False)
+    reference = train(family.make(0).to(DTYPE), inputs, light_loss, dtype=None)
+    twice = train(family.make(0).to(DTYPE), inputs, light_loss, dtype=None)
     assert_same_training(f"{name} in bfloat16, twice", reference, twice)
     model = jitckpt.checkpoint(family.make(0).to(DTYPE), inputs, memory_limit="min", profile_repeats=1)
-    assert_same_training(f"{name} in bfloat16", reference, train(model, inputs, light_loss, under_autocast=False))
+    assert_same_training(f"{name} in bfloat16", reference, train(model, inputs, light_loss, dtype=None))
     model.zero_grad(set_to_none=True)
     with torch.jit.optimized_execution(False), jitckpt.cpu_memory() as memory:
         light_loss(model(*inputs)).backward()
