@@ -1,0 +1,239 @@
+"""One differential check: a random model (generate.py) trained with jitckpt against its unmodified
+twin. Takes a model spec and a Config (limit, example inputs or deferred planning, float32 or
+bfloat16 autocast, strategy or a random valid schedule); trains both for two AdamW steps of two
+micro-batches with gradient clipping; returns an Outcome: "exact" (outputs, every .grad, parameter
+and buffer bit for bit, and the measured step peak within the limit), "fail" (with what differed),
+or why the model was not compared ("nondeterministic", "unsupported", "refused"), or "shared-cast"
+(under autocast, a weight that several stages cast: last bits differ by design, README)."""
+import copy
+import dataclasses
+import random
+import warnings
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+import jitckpt
+
+import generate
+
+STEPS = 2
+MICRO_BATCHES = 2
+RECHECKS = 4  # more runs of the reference before a difference is called a failure
+# The step peak against the limit: the plan counts activations and the chain's parameter
+# gradients; the step also holds the prologue's gradients and a few scalars.
+PEAK_SLACK = (1.02, 16 * 1024)
+LIMITS = ["none", "min", "between"]
+STRATEGIES = ["optimal", "optimal", "periodic", "revolve", "given", "given"]
+
+
+@dataclasses.dataclass
+class Config:
+    limit: str = "min"  # "none", "min", "between" (bytes drawn between the smallest and the peak)
+    deferred: bool = False  # no example inputs: planned at the first training call
+    autocast: bool = False  # forward under torch.autocast("cpu", torch.bfloat16)
+    strategy: str = "optimal"  # or "periodic", "revolve", "given" (a random valid schedule)
+    seed: int = 0  # draws the limit and the schedule
+
+
+def draw_config(rng: random.Random) -> Config:
+    return Config(limit=rng.choice(LIMITS), deferred=rng.random() < 0.35, autocast=rng.random() < 0.4,
+                  strategy=rng.choice(STRATEGIES), seed=rng.randrange(1 << 30))
+
+
+@dataclasses.dataclass
+class Outcome:
+    status: str  # exact, fail, nondeterministic, unsupported, refused, shared-cast
+    detail: str = ""
+    stages: int = 0
+
+
+# Errors jitckpt gives on purpose, for a limit or strategy that cannot work or a forward it cannot
+# cut (README, "Limits"): clear refusals, counted apart.
+REFUSALS = ("smallest limit", "does not fit", "above the memory limit", "no schedule", "cannot reach",
+            "jitckpt cannot cut forward")
+
+
+def tensors_of(value: Any) -> List[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for k in sorted(value) for t in tensors_of(value[k])]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in tensors_of(v)]
+    return []
+
+
+def loss_of(output: Any) -> torch.Tensor:
+    """(output * fixed weights).sum() over the floating outputs: no memory beside their gradients."""
+    generator = torch.Generator().manual_seed(11)
+    terms = [(t.float() * torch.randn(t.shape, generator=generator)).sum()
+             for t in tensors_of(output) if t.is_floating_point() and t.requires_grad]
+    return sum(terms) if terms else torch.zeros((), requires_grad=True)
+
+
+def same_bits(a: Optional[torch.Tensor], b: Optional[torch.Tensor]) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if not a.is_floating_point():
+        return torch.equal(a, b)
+    bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return torch.equal(a.detach().contiguous().view(bits), b.detach().contiguous().view(bits))
+
+
+Record = Tuple[List[torch.Tensor], Dict[str, Optional[torch.Tensor]], Dict[str, torch.Tensor]]
+
+
+def train(model: torch.nn.Module, batches: List[Tuple], autocast: bool) -> List[Record]:
+    """STEPS AdamW steps of MICRO_BATCHES each with clipping: outputs, gradients (after clipping),
+    then parameters and buffers after each step."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    records = []
+    for step in range(STEPS):
+        optimizer.zero_grad(set_to_none=True)
+        outputs = []
+        for micro in range(MICRO_BATCHES):
+            torch.manual_seed(100 * step + micro)  # dropout
+            with torch.jit.optimized_execution(False):
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                    output = model(*batches[step * MICRO_BATCHES + micro])
+                    loss = loss_of(output) / MICRO_BATCHES
+                loss.backward()
+            outputs += [t.detach().clone() for t in tensors_of(output)]
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        grads = {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
+        optimizer.step()
+        state = {n: p.detach().clone() for n, p in model.named_parameters()}
+        state.update({"buffer " + n: b.clone() for n, b in model.named_buffers()})
+        records.append((outputs, grads, state))
+    return records
+
+
+def difference(reference: List[Record], other: List[Record]) -> Optional[str]:
+    """What first differs, or None."""
+    for step, ((outs_a, grads_a, state_a), (outs_b, grads_b, state_b)) in enumerate(zip(reference, other)):
+        if len(outs_a) != len(outs_b):
+            return f"step {step + 1}: {len(outs_b)} output tensors, expected {len(outs_a)}"
+        for i, (a, b) in enumerate(zip(outs_a, outs_b)):
+            if not same_bits(a, b):
+                return f"step {step + 1}: output {i} differs"
+        for kind, a_all, b_all in (("gradient", grads_a, grads_b), ("value", state_a, state_b)):
+            if a_all.keys() != b_all.keys():
+                return f"step {step + 1}: names differ: {sorted(a_all.keys() ^ b_all.keys())}"
+            for name, a in a_all.items():
+                if not same_bits(a, b_all[name]):
+                    what = "missing" if b_all[name] is None else "extra" if a is None else "differs"
+                    return f"step {step + 1}: {kind} of {name} {what}"
+    return None
+
+
+def random_schedule(stages: int, rng: random.Random) -> str:
+    """A random persistent schedule over `stages` stages and the terminal hand-off (stage
+    stages + 1): each segment is either kept whole (Fall) or checkpointed at its start (Fck),
+    advanced without keeping (Fn) to a random split, and solved right part first."""
+    ops: List[str] = []
+
+    def solve(s: int, t: int) -> None:  # a^{s-1} held, backward of stages s..t
+        if s == t:
+            ops.extend([f"Fall({s})", f"B({s})"])
+        elif rng.random() < 0.35:
+            ops.append(f"Fall({s})")
+            solve(s + 1, t)
+            ops.append(f"B({s})")
+        else:
+            split = rng.randint(s + 1, t)
+            ops.append(f"Fck({s})")
+            ops.extend(f"Fn({k})" for k in range(s + 1, split))
+            solve(split, t)
+            solve(s, split - 1)
+
+    solve(1, stages + 1)
+    return " ".join(ops)
+
+
+def _checkpoint(script, example, config: Config, rng: random.Random) -> torch.jit.ScriptModule:
+    """The model rewritten for `config`; under autocast when the config trains under it, as the
+    profile must see the casts."""
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.autocast), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deferred planning, replans
+        options: Dict[str, Any] = dict(profile_repeats=1)
+        limit: Any = {"none": None, "min": "min"}.get(config.limit)
+        if config.limit == "between" and config.deferred:
+            limit = rng.uniform(0.3, 1.0)  # a fraction: the peak is not known before the call
+        elif config.limit == "between" or config.strategy == "given":
+            probe = jitckpt.checkpoint(script(), example, memory_limit="min", **options)
+            if example is not None:
+                options["reuse_profile_of"] = probe
+            if config.strategy == "given":  # the stages are known before planning
+                options["schedule"] = random_schedule(jitckpt.plan(probe)["num_stages"], rng)
+                limit = None
+            else:
+                info = jitckpt.plan(probe)
+                limit = rng.randint(info["memory_limit"], max(info["memory_limit"], info["unconstrained_peak"]))
+        if config.strategy in ("periodic", "revolve"):
+            options["strategy"] = config.strategy
+        return jitckpt.checkpoint(script(), example, memory_limit=limit, **options)
+
+
+def step_peak(model, batch, autocast: bool) -> int:
+    model.zero_grad(set_to_none=True)
+    with torch.jit.optimized_execution(False), jitckpt.cpu_memory() as memory:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = loss_of(model(*batch))
+        loss.backward()
+    return memory.peak
+
+
+def check(spec: generate.Spec, config: Config, directory: str) -> Outcome:
+    module = generate.load(spec, directory)
+    torch.manual_seed(config.seed)
+    eager = module.Model().train()
+    generator = torch.Generator().manual_seed(config.seed)
+    batches = [module.make_inputs(generator) for _ in range(STEPS * MICRO_BATCHES)]
+
+    def script() -> torch.jit.ScriptModule:  # copies of the eager module: 1.13's copies of scripted ones are not leaves
+        return torch.jit.script(copy.deepcopy(eager))
+
+    try:
+        reference = train(script(), batches, config.autocast)
+    except RuntimeError as e:
+        return Outcome("unsupported", f"the unmodified model does not train: {str(e).strip().splitlines()[-1]}")
+    twice = difference(reference, train(script(), batches, config.autocast))
+    if twice is not None:
+        return Outcome("nondeterministic", twice)
+    rng = random.Random(config.seed)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = _checkpoint(script, None if config.deferred else batches[0], config, rng)
+            ours = train(model, batches, config.autocast)
+    except RuntimeError as e:
+        text = str(e).strip()
+        if any(r in text for r in REFUSALS):
+            return Outcome("refused", text.splitlines()[-1])
+        return Outcome("fail", f"jitckpt raised: {text[:2000]}")
+    info = jitckpt.plan(model)
+    stages = info["num_stages"]
+    what = difference(reference, ours)
+    if what is not None:
+        # README: a weight that several stages cast under autocast gets its gradient summed in
+        # float32, not in the autocast dtype; a warning names it where the stages are in the
+        # chain (not where one use is before or after it). Counted apart, not compared.
+        shared = [str(w.message) for w in caught if "both cast" in str(w.message)]
+        if shared or (config.autocast and spec.get("shared")):
+            return Outcome("shared-cast", (shared or [what])[0][:200], stages)
+        # Two equal runs do not prove a reference deterministic (2.6's oneDNN kernels differ now
+        # and then): a difference counts only where more runs of the reference all agree.
+        for _ in range(RECHECKS):
+            again = difference(reference, train(script(), batches, config.autocast))
+            if again is not None:
+                return Outcome("nondeterministic", f"{again} (found rechecking: {what})", stages)
+        return Outcome("fail", what, stages)
+    if info.get("memory_limit") is not None and config.strategy != "given":
+        peak = step_peak(model, batches[0], config.autocast)
+        if peak > info["memory_limit"] * PEAK_SLACK[0] + PEAK_SLACK[1]:
+            return Outcome("fail", f"step peak {peak} bytes over the limit {info['memory_limit']} "
+                                   f"(x{peak / info['memory_limit']:.3f})", stages)
+    return Outcome("exact", "", stages)
