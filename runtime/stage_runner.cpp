@@ -259,12 +259,13 @@ void StageRunner::warnOfWeightsCastBySeveralStages() const {
       const size_t k = stages_->stage(l).lifted[j];
       const auto [it, inserted] = first_stage.emplace(first_positions_[stages_->position(k)], l);
       if (inserted || it->second == l) continue;
-      TORCH_WARN_ONCE("jitckpt: under autocast, stages ", it->second, " and ", l, " both cast '",
-                      stages_->lifted()[k].name,
-                      "' to the autocast dtype, each for itself (autocast's cache of casts is "
-                      "kept to one stage, so that casts do not pile up over the forward): its "
-                      "gradient sums their parts in float32 where the unmodified model sums them "
-                      "in the autocast dtype, and differs from it in the last bits");
+      if (!stages_->firstCastWarning()) return;
+      TORCH_WARN("jitckpt: under autocast, stages ", it->second, " and ", l, " both cast '",
+                 stages_->lifted()[k].name,
+                 "' to the autocast dtype, each for itself (autocast's cache of casts is "
+                 "kept to one stage, so that casts do not pile up over the forward): its "
+                 "gradient sums their parts in float32 where the unmodified model sums them "
+                 "in the autocast dtype, and differs from it in the last bits");
       return;
     }
   }

@@ -7,6 +7,7 @@
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -77,6 +78,8 @@ class ChainStages {
   // Linear's or a convolution's weight; an RNN's, through the list it reads them from): under
   // autocast each stage casts its own copy of them.
   const std::vector<size_t>& castLifted(int l) const { return cast_lifted_.at(l - 1); }
+  // True at the first call only: the warning about such weights is given once per chain.
+  bool firstCastWarning() const { return !cast_warned_.exchange(true); }
   const std::vector<LiftedSpec>& lifted() const { return lifted_; }
   // Where lifted value k arrives: its index among the op's lifted tensors (Parameter, Buffer) or
   // lifted scalars (Scalar).
@@ -100,6 +103,7 @@ class ChainStages {
   std::vector<bool> outputs_never_require_grad_;
   std::vector<std::vector<bool>> reads_value_;
   std::vector<std::vector<size_t>> cast_lifted_;
+  mutable std::atomic<bool> cast_warned_{false};
   std::vector<LiftedSpec> lifted_;
   std::vector<size_t> position_;
   size_t num_tensors_ = 0;

@@ -83,6 +83,14 @@ def step_peak(model, inputs, dtype: torch.dtype = DTYPE) -> int:
     return memory.peak
 
 
+@pytest.fixture(scope="module", autouse=True)
+def without_onednn():
+    """Debian's 2.6 oneDNN convolution gradients come out NaN now and then in bfloat16, the
+    unmodified model's too: these tests run without oneDNN."""
+    with torch.backends.mkldnn.flags(enabled=False):
+        yield
+
+
 @pytest.fixture(scope="module", params=[(name, dtype) for dtype in AUTOCAST_DTYPES for name in families.FAMILIES],
                 ids=lambda p: f"{p[0]}-{str(p[1])[6:]}")
 def family(request):
@@ -107,6 +115,10 @@ def test_trains_bit_for_bit_within_the_limit_at_the_smallest_limit(family, defer
         warnings.simplefilter("ignore")  # deferred: "planning at the first call"
         model = jitckpt.checkpoint(family.make(0), None if deferred else family.inputs,
                                    memory_limit="min", profile_repeats=1)
+    # Trained as the reference was: its backward outside autocast (on the CPU, autograd runs the
+    # backward on the calling thread, where autocast would cast its matmuls too).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         assert_same_training(f"{family.name} under autocast to {dtype}", reference,
                              train(model, family.inputs, family.loss, dtype=dtype))
     info = jitckpt.plan(model)
