@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, checks the formatting, builds, and runs every test: GoogleTest,
 # lit/FileCheck, pytest and the two installations (cmake --install, pip install) through ctest,
-# plus the torch-free solver under AddressSanitizer and UBSan; then all of it again against
+# the differential fuzzer, plus the solver, and the runtime, passes and bindings with the Python
+# exactness tests, under AddressSanitizer and UBSan; then all of it again against
 # PyTorch 2.x (scripts/test-torch2.sh; JITCKPT_SKIP_TORCH2=1 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,10 @@ cmake -S . -B build-sanitize -G Ninja -DJITCKPT_WITH_TORCH=OFF -DJITCKPT_SANITIZ
   -DJITCKPT_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-sanitize -j"$jobs"
 ctest --test-dir build-sanitize --output-on-failure -j"$jobs"
+
+# Runtime, passes and bindings under AddressSanitizer and UBSan: the Python exactness tests and the
+# fuzzer's first models in Debian's python3 with ASan's runtime preloaded (about 5 minutes).
+./scripts/test-sanitize.sh
 
 # Everything, against the LibTorch that is installed (Debian's 1.13 by default).
 # (Release: no debug information to compile and link; examples/ is built out of
