@@ -6,6 +6,8 @@ and buffer bit for bit, and the measured step peak within the limit), "fail" (wi
 or why the model was not compared ("nondeterministic", "unsupported", "refused"), or "shared-cast"
 (under autocast, a weight that several stages cast: last bits differ by design, README)."""
 import copy
+import os
+import sys
 import dataclasses
 import random
 import warnings
@@ -16,6 +18,9 @@ import torch
 import jitckpt
 
 import generate
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from families import tensors_of  # noqa: E402
 
 STEPS = 2
 MICRO_BATCHES = 2
@@ -52,16 +57,6 @@ class Outcome:
 # cut (README, "Limits"): clear refusals, counted apart.
 REFUSALS = ("smallest limit", "does not fit", "above the memory limit", "no schedule", "cannot reach",
             "jitckpt cannot cut forward")
-
-
-def tensors_of(value: Any) -> List[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        return [t for k in sorted(value) for t in tensors_of(value[k])]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in tensors_of(v)]
-    return []
 
 
 def loss_of(output: Any) -> torch.Tensor:

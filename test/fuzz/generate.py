@@ -302,14 +302,21 @@ def r_ffn(b, st, c):  # MLP, GLU or SwiGLU feed-forward
     c(f"h = {'x' if b['post'] else nrm('x')}")
     if b["how"] == "swiglu":
         c(f"h = F.silu({c.mod('w1', lin(D, e, False))}(h)) * {c.mod('w3', lin(D, e, False))}(h)")
-    elif b["how"] == "glu":
-        c(f"h = F.glu({c.mod('w1', lin(D, 2 * e))}(h), -1)")
+        c(f"h = {c.mod('w2', lin(e, D, b['bias']))}(h)")
     else:
-        c(f"h = {c.mod('w1', lin(D, e, b['bias']))}(h)")
-        act(c, b["act"], "h", exact=True)
-    c(f"h = {c.mod('w2', lin(e, D, b['bias']))}(h)")
+        hidden(c, b, ("w1", "w2"), D, e, D, glu=b["how"] == "glu")
     c(f"x = {nrm('x + h')}" if b["post"] else "x = x + h" if b["res"] else "x = h")
     return st
+
+
+def hidden(c, b, names, d_in, e, d_out, glu):
+    """h -> Linear to e (GLU halves 2e, else the block's activation) -> Linear to d_out."""
+    if glu:
+        c(f"h = F.glu({c.mod(names[0], lin(d_in, 2 * e))}(h), -1)")
+    else:
+        c(f"h = {c.mod(names[0], lin(d_in, e, b['bias']))}(h)")
+        act(c, b["act"], "h", exact=True)
+    c(f"h = {c.mod(names[1], lin(e, d_out, b['bias']))}(h)")
 
 
 def r_rnn(b, st, c):
@@ -340,12 +347,7 @@ def r_mlp(b, st, c):
     D, o = st["c"], b["out"]
     e = min(2 * max(D, o), 32)
     c(f"h = {norm(c, 'norm', 'vector', D, b['norm'])('x')}")
-    if b["act"] == "glu":
-        c(f"h = F.glu({c.mod('l1', lin(D, 2 * e))}(h), -1)")
-    else:
-        c(f"h = {c.mod('l1', lin(D, e, b['bias']))}(h)")
-        act(c, b["act"], "h", exact=True)
-    c(f"h = {c.mod('l2', lin(e, o, b['bias']))}(h)")
+    hidden(c, b, ("l1", "l2"), D, e, o, glu=b["act"] == "glu")
     c("x = x + h" if b["res"] and o == D else "x = h")
     return dict(st, c=o)
 
