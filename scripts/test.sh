@@ -6,8 +6,11 @@
 # PyTorch 2.x (scripts/test-torch2.sh; JITCKPT_SKIP_TORCH2=1 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase says when it ended, so that CI's log shows where the time goes.
+done_at() { echo "test.sh: $1 done at $((SECONDS / 60)) min $((SECONDS % 60)) s"; }
 ./scripts/install-deps.sh
 jobs=$(nproc)
+done_at "installing the dependencies"
 
 # The PyTorch 2.x root downloads and installs (mostly waiting on the network) while this builds.
 torch2_log=$(mktemp)
@@ -18,16 +21,19 @@ fi
 
 # Every C++ file formatted with the project's .clang-format.
 ./scripts/format.sh --check
+done_at "the format check"
 
 # The solver library alone: proves it builds and tests without LibTorch, under the sanitizers.
 cmake -S . -B build-sanitize -G Ninja -DJITCKPT_WITH_TORCH=OFF -DJITCKPT_SANITIZE=ON \
   -DJITCKPT_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-sanitize -j"$jobs"
 ctest --test-dir build-sanitize --output-on-failure -j"$jobs"
+done_at "the solver under the sanitizers"
 
 # Runtime, passes and bindings under AddressSanitizer and UBSan: the Python exactness tests and the
 # fuzzer's first models in Debian's python3 with ASan's runtime preloaded (about 5 minutes).
 ./scripts/test-sanitize.sh
+done_at "the runtime under the sanitizers"
 
 # Everything, against the LibTorch that is installed (Debian's 1.13 by default).
 # (Release: no debug information to compile and link; examples/ is built out of
@@ -35,10 +41,12 @@ ctest --test-dir build-sanitize --output-on-failure -j"$jobs"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DJITCKPT_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
+done_at "the suite on the installed LibTorch"
 
 # The same suite against PyTorch 2.6 (Debian trixie's, in a root of its own).
 if [ "${JITCKPT_SKIP_TORCH2:-0}" != 1 ]; then
   wait "$torch2_prepare" || { cat "$torch2_log"; echo "test.sh: preparing the PyTorch 2.x root failed"; exit 1; }
   cat "$torch2_log"
   ./scripts/test-torch2.sh
+  done_at "the suite on PyTorch 2.x"
 fi

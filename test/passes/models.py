@@ -1,4 +1,5 @@
-"""Small scripted models for the lit tests: `models.py NAME OUT.pt` scripts NAME and saves it."""
+"""Small scripted models for the lit tests: `models.py PREFIX NAME...` scripts each NAME and saves it
+as PREFIX.NAME.pt (one Python start per lit file, not one per model)."""
 import sys
 from typing import List
 
@@ -293,4 +294,5 @@ MODELS = {
 }
 
 if __name__ == "__main__":
-    torch.jit.save(torch.jit.script(MODELS[sys.argv[1]]()), sys.argv[2])
+    for name in sys.argv[2:]:
+        torch.jit.save(torch.jit.script(MODELS[name]()), f"{sys.argv[1]}.{name}.pt")
