@@ -20,11 +20,37 @@ SUDO=""
 # The downloads, tried three times: a registry's hiccup should not fail the suite.
 retry() { "$@" || { sleep 10; "$@"; } || { sleep 30; "$@"; }; }
 
+# The Debian mirror this machine installs from: the first entry of its apt sources for its own
+# release that is no security archive (JITCKPT_DEBIAN_MIRROR overrides it).
+debian_mirror() {
+  local release
+  release=$(. /etc/os-release && echo "$VERSION_CODENAME")
+  {
+    awk -v RS= -v release="$release" '{
+        uri = ""; ours = 0; n = split($0, line, "\n")
+        for (i = 1; i <= n; i++) {
+          if (line[i] ~ /^URIs:/) { split(line[i], field, " "); uri = field[2] }
+          if (line[i] ~ /^Suites:/ && (line[i] " ") ~ (" " release " ")) ours = 1
+        }
+        if (ours && uri != "") print uri
+      }' /etc/apt/sources.list.d/*.sources 2>/dev/null
+    awk -v release="$release" '$1 == "deb" {
+        i = 2; if ($i ~ /^\[/) { while ($i !~ /\]$/) i++; i++ }
+        if ($(i + 1) == release) print $i
+      }' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null
+  } | head -1
+}
+
 if [ ! -x "$root/usr/bin/apt-get" ]; then
-  echo "test-torch2: creating a Debian trixie root in $root (debootstrap)"
+  mirror=${JITCKPT_DEBIAN_MIRROR:-$(debian_mirror)}
+  [ -n "$mirror" ] || {
+    echo "test-torch2: no Debian mirror found in /etc/apt/sources.list*; set JITCKPT_DEBIAN_MIRROR"
+    exit 1
+  }
+  echo "test-torch2: creating a Debian trixie root in $root (debootstrap from $mirror)"
   create_root() {
     $SUDO rm -rf "$root"
-    $SUDO debootstrap --variant=minbase trixie "$root" http://deb.debian.org/debian >/dev/null
+    $SUDO debootstrap --variant=minbase trixie "$root" "$mirror" >/dev/null
   }
   retry create_root
 fi
