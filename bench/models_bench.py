@@ -302,7 +302,7 @@ class Experiment:
         settings.update({"name": self.name, "torch": torch.__version__, "threads": torch.get_num_threads(),
                          "machine": platform.node(), "jitckpt_stages": stages, "sequential_length": sequential_length,
                          "steps_per_run": self.steps, "command": "bench/models_bench.py " + " ".join(sys.argv[1:]),
-                         # glibc's malloc settings move CPU step times (README, "Memory on the CPU")
+                         # glibc's malloc settings move CPU step times (docs/usage.md)
                          "malloc": {k: v for k, v in os.environ.items()
                                     if k.startswith("MALLOC_") or k == "GLIBC_TUNABLES"}})
         if self.device.startswith("cuda"):

@@ -89,7 +89,7 @@ git ls-files -z --cached --others --exclude-standard |
 
 echo "test-torch2: building and testing against $($SUDO chroot "$root" python3 -c 'import torch; print("PyTorch", torch.__version__)')"
 # ONEDNN_MAX_CPU_ISA=AVX2: with its AVX-512 kernels, trixie's 2.6 computes NaN convolution
-# gradients on these machines (the README's "PyTorch 1.13 and 2.x" says when).
+# gradients on these machines (docs/troubleshooting.md says when).
 $SUDO chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root ONEDNN_MAX_CPU_ISA=AVX2 bash -c "
   set -e
   cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DJITCKPT_BUILD_BENCH=OFF -DJITCKPT_BUILD_EXAMPLES=OFF >/dev/null

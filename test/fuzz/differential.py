@@ -4,7 +4,8 @@ bfloat16 autocast, strategy or a random valid schedule); trains both for two Ada
 micro-batches with gradient clipping; returns an Outcome: "exact" (outputs, every .grad, parameter
 and buffer bit for bit, and the measured step peak within the limit), "fail" (with what differed),
 or why the model was not compared ("nondeterministic", "unsupported", "refused"), or "shared-cast"
-(under autocast, a weight that several stages cast: last bits differ by design, README)."""
+(under autocast, a weight that several stages cast: last bits differ by design,
+docs/supported.md)."""
 import copy
 import os
 import sys
@@ -54,7 +55,7 @@ class Outcome:
 
 
 # Errors jitckpt gives on purpose, for a limit or strategy that cannot work or a forward it cannot
-# cut (README, "Limits"): clear refusals, counted apart.
+# cut (docs/supported.md): clear refusals, counted apart.
 REFUSALS = ("smallest limit", "does not fit", "above the memory limit", "no schedule", "cannot reach",
             "jitckpt cannot cut forward")
 
@@ -213,9 +214,9 @@ def check(spec: generate.Spec, config: Config, directory: str) -> Outcome:
     stages = info["num_stages"]
     what = difference(reference, ours)
     if what is not None:
-        # README: a weight that several stages cast under autocast gets its gradient summed in
-        # float32, not in the autocast dtype; a warning names it where the stages are in the
-        # chain (not where one use is before or after it). Counted apart, not compared.
+        # docs/supported.md: a weight that several stages cast under autocast gets its gradient
+        # summed in float32, not in the autocast dtype; a warning names it where the stages are in
+        # the chain (not where one use is before or after it). Counted apart, not compared.
         shared = [str(w.message) for w in caught if "both cast" in str(w.message)]
         if shared or (config.autocast and spec.get("shared")):
             return Outcome("shared-cast", (shared or [what])[0][:200], stages)

@@ -283,9 +283,10 @@ def test_a_hook_on_a_returned_tensor_that_the_chain_reads_further_is_warned_abou
 def test_autocast_forward_then_backward_outside_it(family, rewritten_factory):
     """Forward under torch.autocast (CPU, bfloat16), backward outside it, as training loops do:
     the recomputations in the backward run under the forward's autocast state, as
-    torch.utils.checkpoint's do, so gradients match the model's bit for bit. Except (README) those
-    of a weight that several stages share: the model casts it once per forward and sums its uses'
-    gradients in bfloat16, jitckpt casts it once per stage and sums them in float32."""
+    torch.utils.checkpoint's do, so gradients match the model's bit for bit. Except
+    (docs/supported.md) those of a weight that several stages share: the model casts it once per
+    forward and sums its uses' gradients in bfloat16, jitckpt casts it once per stage and sums them
+    in float32."""
     results = []
     for model in both(family, rewritten_factory):
         inputs = float_inputs(family)

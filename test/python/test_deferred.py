@@ -39,7 +39,7 @@ def test_first_training_call_plans_and_trains_bit_identically(family):
     before = jitckpt.plan(model)
     assert before["deferred"] and "schedule" not in before and before["variants"] == []
     # Without inputs the cuts are chosen by tensor count, not bytes: every family keeps a stage per
-    # block but the U-Net, whose encoder cuts each carry one skip more (README, "Supported and not").
+    # block but the U-Net, whose encoder cuts each carry one skip more (docs/supported.md).
     least = 5 if family.name == "unet" else family.blocks
     assert before["num_stages"] >= least, f"{family.name}: {before['num_stages']} stages"
     model.eval()  # (a training-mode call would update BatchNorm statistics, as it would unmodified)

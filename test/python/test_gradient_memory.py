@@ -48,7 +48,7 @@ def bytes_of(module, prefix):
 
 def step(module):
     module.zero_grad(set_to_none=True)
-    with torch.jit.optimized_execution(False):  # the README's definition of bit-identical
+    with torch.jit.optimized_execution(False):  # docs/how-it-works.md's definition of bit-identical
         loss_of(module(X)).backward()
 
 
