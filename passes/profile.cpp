@@ -234,10 +234,7 @@ UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inpu
         run.push_back(std::move(*recorded[k]));
         recorded[k].reset();
       }
-      StageGradients gradients = runner.backward(std::move(run), std::move(delta), &lifted_grads);
-      delta = std::move(gradients.inputs);
-      for (auto& [position, gradient] : gradients.lifted)
-        lifted_grads[runner.firstPosition(position)] = std::move(gradient);
+      delta = runner.backwardRun(std::move(run), std::move(delta), lifted_grads, m > 1);
       l = m - 1;
     }
     delta.clear();

@@ -20,18 +20,6 @@ Tensors detachAll(const Tensors& tensors) {
   return out;
 }
 
-// A gradient that is a slice of a larger tensor (cat's backward hands each input a slice of the
-// output's gradient) keeps all of it alive until the stage that reads it runs B, where the plan
-// counts it at its own size, as the profile measured it. Copied out, the whole goes once every
-// slice has been. (The values are the same, so the bits are.)
-void copyOutSlices(Tensors& gradients) {
-  for (at::Tensor& g : gradients) {
-    if (!g.defined() || !g.has_storage()) continue;
-    const auto own = static_cast<size_t>(g.numel()) * g.element_size();
-    if (g.storage().nbytes() > own) g = g.clone();
-  }
-}
-
 }  // namespace
 
 ScheduleExecutor::ScheduleExecutor(c10::intrusive_ptr<Plan> plan, ChainArguments arguments)
@@ -135,23 +123,8 @@ void ScheduleExecutor::backwardRun(int l, int m) {
   }
   Tensors output_grads = std::move(*delta_[l]);
   delta_[l].reset();
-  // A tensor lifted more than once (one parameter reached through several attribute paths: tied
-  // or shared weights) gets its gradients summed at one position, the first, in the order the
-  // stages' B run, each B adding its uses to the sum so far (StageRunner::backward): the order in
-  // which the unmodified model's engine adds them in the parameter's InputBuffer (the last use
-  // first). Left at each stage's own position, the op would return several gradients for one
-  // tensor and autograd would add them in the op's input order, the first use first: with three
-  // uses or more, (g1 + g2) + g3 instead of (g3 + g2) + g1, other bits.
-  StageGradients gradients =
-      runner_.backward(std::move(run), std::move(output_grads), &lifted_grads_);
-  for (auto& [position, gradient] : gradients.lifted) {
-    at::Tensor& sum = lifted_grads_[runner_.firstPosition(position)];
-    TORCH_INTERNAL_ASSERT(!sum.defined(), "jitckpt executor: B(", l, "..", m,
-                          ") returned a gradient without taking the sum so far");
-    sum = std::move(gradient);
-  }
-  if (m > 1) copyOutSlices(gradients.inputs);
-  delta_[m - 1] = std::move(gradients.inputs);
+  delta_[m - 1] =
+      runner_.backwardRun(std::move(run), std::move(output_grads), lifted_grads_, m > 1);
   for (int k = l; k >= m; --k) a_[k - 1].reset();  // consumed; abar^{m-1}, if held, stays
 }
 

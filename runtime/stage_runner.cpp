@@ -1,14 +1,13 @@
-// StageRunner (see stage_runner.h).
+// StageRunner: its stage runs and the values of lifted buffers across them (see stage_runner.h);
+// its backward is in stage_backward.cpp.
 #include "runtime/stage_runner.h"
 
 #include <ATen/Functions.h>
 #include <ATen/SequenceNumber.h>
 #include <c10/core/GradMode.h>
-#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
 
 #include <algorithm>
-#include <set>
 #include <unordered_map>
 #include <utility>
 
@@ -19,83 +18,6 @@ namespace {
 
 bool contains(const std::vector<size_t>& list, size_t value) {
   return std::find(list.begin(), list.end(), value) != list.end();
-}
-
-// The root of a stage's backward: hands the gradients of the stage's outputs to autograd and
-// keeps none, so that each is freed once the ops that read it have run, as in the unmodified model
-// (autograd's own GraphRoot keeps them to the end).
-struct ReleasingRoot : public torch::autograd::Node {
-  ReleasingRoot(torch::autograd::edge_list edges, Tensors grads)
-      : Node(std::move(edges)), grads_(std::move(grads)) {}
-  torch::autograd::variable_list apply(torch::autograd::variable_list&& /*unused*/) override {
-    return std::move(grads_);
-  }
-  Tensors grads_;
-};
-
-// In a backward of several stages, where the gradient of a stage input goes when the stage
-// below's output needs none: taking it runs, and so frees, what the stage saved for it, as B of
-// that stage alone does. A 0-dim input, so that the engine sums the gradient down to one number
-// on the way in (validate_outputs) instead of holding it, captured, to the end of the call.
-struct GradientSink : public torch::autograd::Node {
-  explicit GradientSink(const at::TensorOptions& options) {
-    add_input_metadata(at::empty({}, options));
-  }
-  torch::autograd::variable_list apply(torch::autograd::variable_list&& /*unused*/) override {
-    return {};
-  }
-};
-
-// Where a gradient the engine returns goes: a stage input, a lifted tensor, or nowhere.
-enum class GradientTarget { Input, Lifted, Dropped };
-
-// Lets the engine pass delta^{k-1} on itself in a backward of several stages (`run`, the top
-// stage first): each stage's input edges lead on to the outputs of the stage below, or, where
-// that output needs no gradient, to a GradientSink added to `wrt` (dropped; left out, the nodes
-// that lead to it would not run and would hold what they saved to the end). Pushed past
-// Node::add_next_edge, which refuses a node that already has parents (its topological number
-// would change): the number only prunes a backward whose targets all lie above it, and this
-// one's targets are leaves and input nodes.
-void linkStages(const std::vector<RecordedStage>& run, torch::autograd::edge_list& wrt,
-                std::vector<std::pair<GradientTarget, size_t>>& targets) {
-  for (size_t i = 0; i + 1 < run.size(); ++i) {
-    const auto& inputs = run[i].input_edges;
-    const auto& below = run[i + 1].output_edges;
-    TORCH_INTERNAL_ASSERT(inputs.size() == below.size(), "jitckpt: a stage takes ", inputs.size(),
-                          " inputs where the stage below returns ", below.size());
-    for (size_t j = 0; j < inputs.size(); ++j) {
-      if (!inputs[j].is_valid()) continue;
-      torch::autograd::Edge next = below[j];
-      if (!next.is_valid()) {
-        next = torch::autograd::Edge(
-            std::make_shared<GradientSink>(inputs[j].function->input_metadata(0).options()), 0);
-        wrt.push_back(next);
-        targets.emplace_back(GradientTarget::Dropped, j);
-      }
-      inputs[j].function->next_edges().push_back(std::move(next));
-    }
-  }
-}
-
-// torch::autograd::grad(roots, wrt, root_grads, allow_unused=true) on gradient edges, except that
-// the roots' gradients are not held while the backward runs: the graph keeps what it saved, and
-// what it did not (a residual sum) is freed at once. An invalid wrt edge gets no gradient.
-Tensors gradientsOf(torch::autograd::edge_list root_edges, Tensors root_grads,
-                    torch::autograd::edge_list wrt_edges) {
-  // The root's own input is a placeholder it ignores (the engine needs one, with a device):
-  // uninitialized, so that no kernel is launched for it.
-  const at::Tensor placeholder = at::empty({}, root_grads.at(0).options());
-  auto root = std::make_shared<ReleasingRoot>(std::move(root_edges), std::move(root_grads));
-  root->add_input_metadata(placeholder);
-  for (auto& edge : wrt_edges) {
-    // Unreachable (allow_unused): an edge to a node of its own, as autograd::grad makes.
-    if (!edge.is_valid())
-      edge = torch::autograd::Edge(std::make_shared<torch::autograd::Identity>(), 0);
-  }
-  const torch::autograd::edge_list start{torch::autograd::Edge(std::move(root), 0)};
-  return torch::autograd::Engine::get_default_engine().execute(
-      start, {placeholder}, /*keep_graph=*/false, /*create_graph=*/false,
-      /*accumulate_grad=*/false, wrt_edges);
 }
 
 // Runs a stage under the autocast state of the call (torch.autocast is thread-local: a
@@ -133,23 +55,6 @@ class AutocastScope {
   bool clears_ = false;
 };
 
-struct CallbackNode : public torch::autograd::Node {
-  explicit CallbackNode(std::function<void()> body) : body_(std::move(body)) {}
-  torch::autograd::variable_list apply(torch::autograd::variable_list&& /*unused*/) override {
-    body_();
-    return {};
-  }
-  std::function<void()> body_;
-};
-
-// The gradient edge of a lifted leaf (a parameter's stand-in): its grad accumulator, which B
-// captures without running.
-torch::autograd::Edge leafEdge(const at::Tensor& leaf) {
-  auto node = torch::autograd::impl::try_get_grad_accumulator(leaf);
-  if (!node) return {};
-  return torch::autograd::Edge(std::move(node), 0);
-}
-
 // Whether `v` is, or holds in a list, tuple or dict, a tensor that requires grad.
 bool holdsTensorRequiringGrad(const c10::IValue& v) {
   bool found = false;
@@ -162,89 +67,6 @@ bool holdsTensorRequiringGrad(const c10::IValue& v) {
 }
 
 }  // namespace
-
-std::string typeOf(const at::Tensor& t) {
-  return t.defined() ? std::string(c10::toString(t.scalar_type())) + "@" + t.device().str()
-                     : "none";
-}
-
-std::optional<c10::Device> chainDevice(const ChainArguments& arguments) {
-  std::optional<c10::Device> device;
-  for (const auto* tensors : {&arguments.inputs, &arguments.lifted_tensors}) {
-    for (const auto& t : *tensors) {
-      if (t.defined() && !t.is_cpu()) return t.device();
-      if (t.defined()) device = t.device();
-    }
-  }
-  return device;
-}
-
-std::vector<size_t> firstPositions(const Tensors& lifted) {
-  std::vector<size_t> first(lifted.size());
-  std::unordered_map<const c10::TensorImpl*, size_t> seen;
-  seen.reserve(lifted.size());
-  for (size_t position = 0; position < lifted.size(); ++position) {
-    const at::Tensor& t = lifted[position];
-    first[position] =
-        t.defined() ? seen.emplace(t.unsafeGetTensorImpl(), position).first->second : position;
-  }
-  return first;
-}
-
-InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments) {
-  InputKey key;
-  auto add = [&](const at::Tensor& t) {
-    key.shapes.push_back(t.defined() ? t.sizes().vec() : std::vector<int64_t>{});
-    key.types.push_back(typeOf(t));
-  };
-  for (const auto& t : arguments.inputs) add(t);
-  std::vector<std::string> parameter_types;
-  std::vector<std::pair<at::ScalarType, c10::Device>> parameter_kinds;
-  for (size_t k = 0; k < stages.lifted().size(); ++k) {
-    const size_t position = stages.position(k);
-    const LiftedKind kind = stages.lifted()[k].kind;
-    if (kind == LiftedKind::Side && position < arguments.lifted_tensors.size()) {
-      add(arguments.lifted_tensors[position]);
-    } else if (kind == LiftedKind::Scalar && position < arguments.lifted_scalars.size() &&
-               arguments.lifted_scalars[position].isTensor()) {
-      add(arguments.lifted_scalars[position].toTensor());
-    } else if (kind != LiftedKind::Scalar && position < arguments.lifted_tensors.size() &&
-               arguments.lifted_tensors[position].defined()) {
-      const at::Tensor& t = arguments.lifted_tensors[position];
-      // Named once per (dtype, device): thousands of parameters share a few.
-      if (std::none_of(parameter_kinds.begin(), parameter_kinds.end(), [&](const auto& seen) {
-            return seen.first == t.scalar_type() && seen.second == t.device();
-          })) {
-        parameter_kinds.emplace_back(t.scalar_type(), t.device());
-        parameter_types.push_back(typeOf(t));
-      }
-    }
-  }
-  std::sort(parameter_types.begin(), parameter_types.end());
-  std::string parameters = "parameters and buffers:";
-  for (const auto& type : parameter_types) parameters += " " + type;
-  // Under autocast the stages hold other tensors (casts, activations in another dtype).
-  const AutocastState autocast = AutocastState::current();
-  if (const auto device = chainDevice(arguments)) {
-    if (device->is_cpu() && autocast.cpu) {
-      parameters += ", under autocast to " + std::string(c10::toString(autocast.cpu_dtype));
-    } else if (device->is_cuda() && autocast.cuda) {
-      parameters += ", under autocast to " + std::string(c10::toString(autocast.cuda_dtype));
-    }
-  }
-  key.types.push_back(parameters);
-  return key;
-}
-
-std::string InputKey::str() const {
-  std::string text;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    text += (i ? ", " : "") + c10::str(c10::IntArrayRef(shapes[i]));
-    if (i < types.size()) text += " " + types[i];
-  }
-  if (types.size() > shapes.size()) text += "; " + types.back();
-  return text;
-}
 
 // Under autocast the unmodified model casts a weight once per autocast region and sums the
 // gradients of its uses in the autocast dtype; the stages keep autocast's cache to themselves
@@ -515,133 +337,6 @@ RecordedStage StageRunner::recordedForward(int l, const Tensors& activations) {
 Tensors StageRunner::wholeGraphForward(int l, const Tensors& activations,
                                        std::vector<std::pair<size_t, at::Tensor>>* side_leaves) {
   return run(l, activations, Mode::Record, side_leaves);
-}
-
-Tensors StageRunner::gradientTargets(int l) const {
-  Tensors out;
-  for (size_t k : stages_->stage(l).lifted) {
-    if (stages_->lifted()[k].kind == LiftedKind::Scalar) continue;
-    const at::Tensor& t = arguments_.lifted_tensors[stages_->position(k)];
-    if (t.defined() && t.requires_grad()) out.push_back(t);
-  }
-  return out;
-}
-
-// The sums so far reach each leaf's InputBuffer first, straight from the root (the root's first
-// edges), before any of the stage's own gradients: the engine then adds those as they arrive.
-void StageRunner::takeLiftedSums(const RecordedStage& recorded, Tensors& lifted_sums,
-                                 torch::autograd::edge_list& roots, Tensors& root_grads) const {
-  torch::autograd::edge_list edges;
-  Tensors sums;
-  for (const auto& [position, leaf] : recorded.side_leaves) {
-    at::Tensor& sum = lifted_sums.at(firstPosition(position));
-    torch::autograd::Edge edge = leafEdge(leaf);
-    if (!sum.defined() || !edge.is_valid()) continue;
-    edges.push_back(std::move(edge));
-    sums.push_back(std::exchange(sum, at::Tensor()));
-  }
-  roots.insert(roots.begin(), std::make_move_iterator(edges.begin()),
-               std::make_move_iterator(edges.end()));
-  root_grads.insert(root_grads.begin(), std::make_move_iterator(sums.begin()),
-                    std::make_move_iterator(sums.end()));
-}
-
-void runAsBackward(c10::Device device, const std::function<void()>& body) {
-  // The engine starts a node on the thread of its input's device (see gradientsOf); empty, so
-  // that no memory a profile measures is allocated for it.
-  const at::Tensor placeholder = at::empty({0}, at::TensorOptions().device(device));
-  auto node = std::make_shared<CallbackNode>(body);
-  node->add_input_metadata(placeholder);
-  torch::autograd::Engine::get_default_engine().execute(
-      {torch::autograd::Edge(std::move(node), 0)}, {placeholder}, /*keep_graph=*/false,
-      /*create_graph=*/false, /*accumulate_grad=*/true);
-}
-
-std::unordered_set<size_t> StageRunner::liftedPositions(const RecordedStage& recorded) const {
-  std::unordered_set<size_t> positions;
-  for (const auto& [position, leaf] : recorded.side_leaves)
-    positions.insert(firstPosition(position));
-  return positions;
-}
-
-bool StageRunner::joinsBackwardRun(const RecordedStage& above, const RecordedStage& below,
-                                   std::unordered_set<size_t>& positions,
-                                   const Tensors& lifted_sums) const {
-  // Each device's nodes run on its own thread: the stage below could start on one before the
-  // stage above is done on the other.
-  if (devices_.size() > 1) return false;
-  if (above.first_sequence_nr < below.end_sequence_nr) return false;
-  std::set<std::pair<const torch::autograd::Node*, uint32_t>> edges;
-  for (const auto& e : below.output_edges) {
-    if (e.is_valid() && !edges.emplace(e.function.get(), e.input_nr).second) return false;
-  }
-  const std::unordered_set<size_t> own = liftedPositions(below);
-  for (size_t first : own) {
-    if (positions.count(first) || lifted_sums.at(first).defined()) return false;
-  }
-  positions.insert(own.begin(), own.end());
-  return true;
-}
-
-StageGradients StageRunner::backward(int /*l*/, RecordedStage recorded, Tensors output_grads,
-                                     Tensors* lifted_sums) {
-  std::vector<RecordedStage> run;
-  run.push_back(std::move(recorded));
-  return backward(std::move(run), std::move(output_grads), lifted_sums);
-}
-
-StageGradients StageRunner::backward(std::vector<RecordedStage> run, Tensors output_grads,
-                                     Tensors* lifted_sums) {
-  TORCH_INTERNAL_ASSERT(!run.empty() && output_grads.size() == run.front().output_edges.size());
-  for (auto& recorded : run) recorded.releaseOutputs();  // the edges keep the graphs alive
-  // What the gradient is taken with respect to (`targets` says where each result goes): the
-  // sinks of linkStages, the lowest stage's inputs that get one, and the stand-ins of the lifted
-  // tensors that require grad.
-  torch::autograd::edge_list wrt;
-  std::vector<std::pair<GradientTarget, size_t>> targets;
-  linkStages(run, wrt, targets);
-  RecordedStage& top = run.front();
-  RecordedStage& bottom = run.back();
-  torch::autograd::edge_list roots;
-  Tensors root_grads;
-  for (size_t i = 0; i < top.output_edges.size(); ++i) {
-    if (top.output_edges[i].is_valid() && output_grads[i].defined()) {
-      roots.push_back(std::move(top.output_edges[i]));
-      root_grads.push_back(std::move(output_grads[i]));
-    }
-  }
-  if (!roots.empty() && lifted_sums != nullptr)
-    takeLiftedSums(top, *lifted_sums, roots, root_grads);
-  output_grads.clear();
-  for (size_t i = 0; i < bottom.input_edges.size(); ++i) {
-    if (!bottom.input_edges[i].is_valid()) continue;
-    wrt.push_back(bottom.input_edges[i]);
-    targets.emplace_back(GradientTarget::Input, i);
-  }
-  for (auto& recorded : run) {
-    for (auto& [position, leaf] : recorded.side_leaves) {
-      TORCH_INTERNAL_ASSERT(&recorded == &top || lifted_sums == nullptr ||
-                                !lifted_sums->at(firstPosition(position)).defined(),
-                            "jitckpt: a backward of several stages would take a sum so far");
-      wrt.push_back(leafEdge(leaf));
-      targets.emplace_back(GradientTarget::Lifted, position);
-    }
-  }
-  StageGradients gradients;
-  gradients.inputs.resize(bottom.input_edges.size());
-  run.clear();  // the graphs live on in the edges (and each node in the engine until it has run)
-  if (roots.empty() || wrt.empty()) return gradients;
-  Tensors computed = gradientsOf(std::move(roots), std::move(root_grads), std::move(wrt));
-  for (size_t i = 0; i < computed.size(); ++i) {
-    if (!computed[i].defined()) continue;
-    const auto [target, index] = targets[i];
-    if (target == GradientTarget::Input) {
-      gradients.inputs[index] = std::move(computed[i]);
-    } else if (target == GradientTarget::Lifted) {
-      gradients.lifted.emplace_back(index, std::move(computed[i]));
-    }
-  }
-  return gradients;
 }
 
 }  // namespace jitckpt

@@ -26,42 +26,18 @@
 #include <unordered_set>
 #include <vector>
 
+#include "runtime/chain_arguments.h"
 #include "runtime/compat.h"
-#include "runtime/input_key.h"
 #include "runtime/rng_state.h"
 #include "runtime/stages.h"
 
 namespace jitckpt {
-
-using Tensors = std::vector<at::Tensor>;
-
-// What the chain op receives: the boundary-0 tensors and the lifted values, split by kind
-// (ChainStages::position indexes into lifted_tensors or lifted_scalars).
-struct ChainArguments {
-  Tensors inputs;
-  Tensors lifted_tensors;  // undefined for an Optional[Tensor] attribute that is None
-  std::vector<c10::IValue> lifted_scalars;
-};
-
-// The key a plan is made for (see input_key.h): the chain inputs, then the side tensors and the
-// tensors among the lifted scalars (a padding mask), in order, then the parameters' types.
-InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments);
-
-// The chain's device: that of its first input or lifted tensor on an accelerator, else the CPU's
-// when it holds a defined tensor (a flag carried as a CPU tensor beside CUDA activations does not
-// make a CUDA chain a CPU one); none when it holds no tensor.
-std::optional<c10::Device> chainDevice(const ChainArguments& arguments);
 
 // Runs `body` inside a backward node of its own, on the autograd engine's thread for `device`:
 // where the executor runs B, inside the chain's backward. There each B's gradient call is
 // reentrant and runs on that thread; called from elsewhere, it hands its CUDA work to that
 // thread and waits for it, twice per call, which a profile would count into every B.
 void runAsBackward(c10::Device device, const std::function<void()>& body);
-
-// For each position in `lifted`, the first position that holds the same tensor (tied weights are
-// lifted once per attribute path): where the chain's backward sums that tensor's gradients. One
-// pass with a hash map: a chain may lift thousands of tensors (ResNet-1001: about 6000).
-std::vector<size_t> firstPositions(const Tensors& lifted);
 
 // abar^l: a recorded run of stage l. Its inputs enter as detached aliases whose gradient edge
 // (where floating point and a gradient flows) leads to a node of their own that holds no tensor,
@@ -145,6 +121,13 @@ class StageRunner {
   // reads, nor one with a sum so far.
   StageGradients backward(std::vector<RecordedStage> run, Tensors output_grads,
                           Tensors* lifted_sums = nullptr);
+  // A run of B as the executor and the profile run it: backward(run, output_grads, &lifted_sums),
+  // then each lifted tensor's gradient stored as its sum so far in `lifted_sums` (by
+  // firstPosition). Returns delta^{m-1}; where another B reads it (`hands_on`), a gradient that
+  // is a slice of a larger storage (cat's backward) is copied out, so that the rest of that
+  // storage goes now, not when that B runs: the plan counts each slice at its own size.
+  Tensors backwardRun(std::vector<RecordedStage> run, Tensors output_grads, Tensors& lifted_sums,
+                      bool hands_on);
   // Whether B of the stage recorded in `below` can join a run of B whose lowest stage is `above`
   // with the same results: `below` was recorded before `above` (by sequence numbers), its outputs
   // lead to distinct gradient edges (the order in which a shared one would get its deltas is what

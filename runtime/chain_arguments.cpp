@@ -1,0 +1,93 @@
+// Chain arguments: the chain's device, the first position of each lifted tensor, and the key a
+// plan is made for (see chain_arguments.h).
+#include "runtime/chain_arguments.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "runtime/compat.h"
+
+namespace jitckpt {
+
+namespace {
+
+std::string typeOf(const at::Tensor& t) {
+  return t.defined() ? std::string(c10::toString(t.scalar_type())) + "@" + t.device().str()
+                     : "none";
+}
+
+}  // namespace
+
+std::optional<c10::Device> chainDevice(const ChainArguments& arguments) {
+  std::optional<c10::Device> device;
+  for (const auto* tensors : {&arguments.inputs, &arguments.lifted_tensors}) {
+    for (const auto& t : *tensors) {
+      if (t.defined() && !t.is_cpu()) return t.device();
+      if (t.defined()) device = t.device();
+    }
+  }
+  return device;
+}
+
+std::vector<size_t> firstPositions(const Tensors& lifted) {
+  std::vector<size_t> first(lifted.size());
+  std::unordered_map<const c10::TensorImpl*, size_t> seen;
+  seen.reserve(lifted.size());
+  for (size_t position = 0; position < lifted.size(); ++position) {
+    const at::Tensor& t = lifted[position];
+    first[position] =
+        t.defined() ? seen.emplace(t.unsafeGetTensorImpl(), position).first->second : position;
+  }
+  return first;
+}
+
+InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments) {
+  InputKey key;
+  auto add = [&](const at::Tensor& t) {
+    key.shapes.push_back(t.defined() ? t.sizes().vec() : std::vector<int64_t>{});
+    key.types.push_back(typeOf(t));
+  };
+  for (const auto& t : arguments.inputs) add(t);
+  std::vector<std::string> parameter_types;
+  std::vector<std::pair<at::ScalarType, c10::Device>> parameter_kinds;
+  for (size_t k = 0; k < stages.lifted().size(); ++k) {
+    const size_t position = stages.position(k);
+    const LiftedKind kind = stages.lifted()[k].kind;
+    if (kind == LiftedKind::Side && position < arguments.lifted_tensors.size()) {
+      add(arguments.lifted_tensors[position]);
+    } else if (kind == LiftedKind::Scalar && position < arguments.lifted_scalars.size() &&
+               arguments.lifted_scalars[position].isTensor()) {
+      add(arguments.lifted_scalars[position].toTensor());
+    } else if (kind != LiftedKind::Scalar && position < arguments.lifted_tensors.size() &&
+               arguments.lifted_tensors[position].defined()) {
+      const at::Tensor& t = arguments.lifted_tensors[position];
+      // Named once per (dtype, device): thousands of parameters share a few.
+      if (std::none_of(parameter_kinds.begin(), parameter_kinds.end(), [&](const auto& seen) {
+            return seen.first == t.scalar_type() && seen.second == t.device();
+          })) {
+        parameter_kinds.emplace_back(t.scalar_type(), t.device());
+        parameter_types.push_back(typeOf(t));
+      }
+    }
+  }
+  std::sort(parameter_types.begin(), parameter_types.end());
+  std::string parameters = "parameters and buffers:";
+  for (const auto& type : parameter_types) parameters += " " + type;
+  // Under autocast the stages hold other tensors (casts, activations in another dtype).
+  const AutocastState autocast = AutocastState::current();
+  if (const auto device = chainDevice(arguments)) {
+    if (device->is_cpu() && autocast.cpu) {
+      parameters += ", under autocast to " + std::string(c10::toString(autocast.cpu_dtype));
+    } else if (device->is_cuda() && autocast.cuda) {
+      parameters += ", under autocast to " + std::string(c10::toString(autocast.cuda_dtype));
+    }
+  }
+  key.types.push_back(parameters);
+  return key;
+}
+
+}  // namespace jitckpt

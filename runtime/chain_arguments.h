@@ -1,0 +1,42 @@
+// ChainArguments: the values one call of the chain receives, and what is derived from them alone:
+// the chain's device, the first position of each lifted tensor (tied weights are lifted once per
+// attribute path), and the InputKey a plan is made for.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/Device.h>
+
+#include <optional>
+#include <vector>
+
+#include "runtime/input_key.h"
+#include "runtime/stages.h"
+
+namespace jitckpt {
+
+using Tensors = std::vector<at::Tensor>;
+
+// What the chain op receives: the boundary-0 tensors and the lifted values, split by kind
+// (ChainStages::position indexes into lifted_tensors or lifted_scalars).
+struct ChainArguments {
+  Tensors inputs;
+  Tensors lifted_tensors;  // undefined for an Optional[Tensor] attribute that is None
+  std::vector<c10::IValue> lifted_scalars;
+};
+
+// The key a plan is made for (see input_key.h): the chain inputs, then the side tensors and the
+// tensors among the lifted scalars (a padding mask), in order, then the parameters' types.
+InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments);
+
+// The chain's device: that of its first input or lifted tensor on an accelerator, else the CPU's
+// when it holds a defined tensor (a flag carried as a CPU tensor beside CUDA activations does not
+// make a CUDA chain a CPU one); none when it holds no tensor.
+std::optional<c10::Device> chainDevice(const ChainArguments& arguments);
+
+// For each position in `lifted`, the first position that holds the same tensor (tied weights are
+// lifted once per attribute path): where the chain's backward sums that tensor's gradients. One
+// pass with a hash map: a chain may lift thousands of tensors (ResNet-1001: about 6000).
+std::vector<size_t> firstPositions(const Tensors& lifted);
+
+}  // namespace jitckpt
