@@ -6,8 +6,8 @@
 
 #include "runtime/probes/available_memory.h"
 #include "solver/baselines.h"
-#include "solver/persistent_dp.h"
 #include "solver/simulator.h"
+#include "solver/strategy.h"
 
 namespace jitckpt {
 namespace {

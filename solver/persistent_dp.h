@@ -128,13 +128,4 @@ class PersistentSolver {
   size_t chunk_size_ = 0, chunk_used_ = 0;
 };
 
-// Convenience: solve at `limit`; when infeasible, find the smallest limit that works (at the
-// slot resolution of a table built up to the no-checkpointing peak).
-SolveResult solveOptimal(const Costs& chain, int64_t limit, int slots = 500);
-SolveResult solveRevolve(const Costs& chain, int64_t limit, int slots = 500);
-
-// The time-memory curve of one table up to 1.25 x the no-checkpointing peak (the range a plan
-// shows its user).
-std::vector<CurvePoint> optimalCurve(const Costs& chain, int slots = 500);
-
 }  // namespace jitckpt::solver

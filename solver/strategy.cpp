@@ -261,4 +261,64 @@ Selection selectSmallest(const Costs& chain, Strategy strategy, const SelectOpti
   return selection;
 }
 
+namespace {
+
+// The largest limit of the table that optimalCurve builds.
+int64_t curveMaxLimit(int64_t unconstrained_peak) {
+  return std::max<int64_t>(unconstrained_peak + unconstrained_peak / 4, 1);
+}
+
+SolveResult solveWithFallback(const Costs& chain, int64_t limit, int slots, bool revolve_only) {
+  PersistentSolver solver(chain, std::max<int64_t>(limit, 1), slots, revolve_only);
+  SolveResult result = solver.solve(std::max<int64_t>(limit, 1));
+  result.limit = limit;
+  if (result.feasible) return result;
+  // Near the smallest limit, rounding sizes up to this table's slots can lose a schedule that the
+  // curve's table (other slots) finds: a limit read off the curve must work, so ask that table.
+  const int64_t none_peak = simulate(chain, noCheckpointSchedule(chain)).peak;
+  if (limit >= 1 && limit <= curveMaxLimit(none_peak)) {
+    SolveResult there =
+        PersistentSolver(chain, curveMaxLimit(none_peak), slots, revolve_only).solve(limit);
+    there.limit = limit;
+    if (there.feasible) return there;
+    if (there.min_feasible_limit > 0 &&
+        (result.min_feasible_limit <= 0 || there.min_feasible_limit < result.min_feasible_limit))
+      result = std::move(there);
+  }
+  if (result.min_feasible_limit > 0) return result;
+  // Find the smallest limit that works in a table that surely contains it: every term of the
+  // no-checkpointing peak (persistent, and revolve-style too) rounds up by at most one slot.
+  for (int64_t big = std::max<int64_t>(2 * none_peak, 2 * limit + 1); big > 0; big *= 2) {
+    PersistentSolver wide(chain, big, slots, revolve_only);
+    const int64_t min_limit = wide.minFeasibleLimit();
+    if (min_limit > 0) {
+      result.min_feasible_limit = min_limit;
+      result.message = "no " + std::string(revolve_only ? "revolve-style" : "persistent") +
+                       " schedule fits in " + std::to_string(limit) +
+                       " bytes; the smallest limit that works is about " +
+                       std::to_string(min_limit) + " bytes (within one slot of " +
+                       std::to_string(wide.slotSize()) + " bytes)";
+      return result;
+    }
+    if (big > (int64_t{1} << 60)) break;
+  }
+  result.message = "no schedule fits in " + std::to_string(limit) + " bytes";
+  return result;
+}
+
+}  // namespace
+
+SolveResult solveOptimal(const Costs& chain, int64_t limit, int slots) {
+  return solveWithFallback(chain, limit, slots, false);
+}
+
+SolveResult solveRevolve(const Costs& chain, int64_t limit, int slots) {
+  return solveWithFallback(chain, limit, slots, true);
+}
+
+std::vector<CurvePoint> optimalCurve(const Costs& chain, int slots) {
+  const int64_t unconstrained = simulate(chain, noCheckpointSchedule(chain)).peak;
+  return PersistentSolver(chain, curveMaxLimit(unconstrained), slots).curve();
+}
+
 }  // namespace jitckpt::solver

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "solver/costs.h"
+#include "solver/persistent_dp.h"
 #include "solver/schedule.h"
 
 namespace jitckpt::solver {
@@ -59,5 +60,14 @@ Selection selectSchedule(const Costs& chain, int64_t limit, Strategy strategy,
 // checkpointing are candidates; one table, where lowering a limit table by table would need
 // many. Periodic and none: the smallest peak of their schedules.
 Selection selectSmallest(const Costs& chain, Strategy strategy, const SelectOptions& options = {});
+
+// Convenience: solve at `limit`; when infeasible, find the smallest limit that works (at the
+// slot resolution of a table built up to the no-checkpointing peak).
+SolveResult solveOptimal(const Costs& chain, int64_t limit, int slots = 500);
+SolveResult solveRevolve(const Costs& chain, int64_t limit, int slots = 500);
+
+// The time-memory curve of one table up to 1.25 x the no-checkpointing peak (the range a plan
+// shows its user).
+std::vector<CurvePoint> optimalCurve(const Costs& chain, int slots = 500);
 
 }  // namespace jitckpt::solver

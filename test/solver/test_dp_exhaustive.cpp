@@ -3,6 +3,7 @@
 
 #include "solver/persistent_dp.h"
 #include "solver/simulator.h"
+#include "solver/strategy.h"
 #include "solver/testing/builtin_chains.h"
 #include "solver/testing/exhaustive.h"
 #include "solver/testing/reference_dp.h"
