@@ -1,5 +1,7 @@
 // jitckpt._C: the pybind11 module. Partitioning here (stage information, the printed partition,
 // a piecewise run of the partitioned method for tests); the checkpoint API in api.cpp.
+#include "passes/partition/module.h"
+
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -7,12 +9,11 @@
 #include <sstream>
 
 #include "bindings/forward_inputs.h"
+#include "bindings/partition_run.h"
 #include "bindings/python_warnings.h"
 #include "passes/inline_calls.h"
-#include "passes/partition.h"
-#include "passes/partition_module.h"
-#include "passes/partition_run.h"
-#include "passes/print_partition.h"
+#include "passes/partition/partition.h"
+#include "passes/partition/print.h"
 
 namespace py = pybind11;
 

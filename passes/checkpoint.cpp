@@ -9,7 +9,7 @@
 #include <set>
 
 #include "passes/example_copies.h"
-#include "passes/partition_module.h"
+#include "passes/partition/module.h"
 #include "passes/profile.h"
 #include "passes/prologue.h"
 #include "passes/rewrite.h"

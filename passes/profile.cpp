@@ -13,7 +13,7 @@
 #include <unordered_set>
 #include <utility>
 
-#include "passes/partition_module.h"
+#include "passes/partition/module.h"
 #include "passes/prologue.h"
 #include "runtime/probes/memory_probe.h"
 #include "runtime/probes/stopwatch.h"

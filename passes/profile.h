@@ -50,7 +50,7 @@
 #include <string>
 #include <vector>
 
-#include "passes/partition.h"
+#include "passes/partition/partition.h"
 #include "runtime/stage_runner.h"
 #include "runtime/stages.h"
 #include "solver/costs.h"

@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "passes/partition.h"
+#include "passes/partition/partition.h"
 #include "runtime/stage_runner.h"
 
 namespace jitckpt {

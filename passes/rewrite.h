@@ -13,7 +13,7 @@
 
 #include <torch/csrc/jit/api/module.h>
 
-#include "passes/partition.h"
+#include "passes/partition/partition.h"
 #include "runtime/plan.h"
 
 namespace jitckpt {

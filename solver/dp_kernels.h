@@ -12,8 +12,8 @@
 namespace jitckpt::solver::detail {
 
 constexpr float kInf = 1e30f;
-constexpr float kFeasible = 1e29f;  // values above this are infeasible (sums of kInf)
-constexpr int kBlock = 16;          // floats relaxed together
+constexpr float kFeasible = 1e29f;   // values above this are infeasible (sums of kInf)
+constexpr int kBlock = 16;           // floats relaxed together
 constexpr int kRowPadding = kBlock;  // copies of a stored row's tail value after its middle
 
 // The two candidate values of a cell, written once so that the DP and the backtracking compute

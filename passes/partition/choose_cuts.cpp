@@ -1,4 +1,4 @@
-// Steps 3 and 4 of the partition pass: the granularity rule, max_stages, the single-stage fallback.
+// Step 8 of the partition pass: the granularity rule, max_stages, the single-stage fallback.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>

@@ -1,4 +1,4 @@
-// Step 2 of the partition pass: the top-level positions and the candidate cuts between them.
+// Steps 6 and 7 of the partition pass: the top-level positions and the candidate cuts between them.
 #include <algorithm>
 #include <cstdint>
 #include <functional>

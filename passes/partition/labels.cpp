@@ -1,4 +1,4 @@
-// Stage labels for the partition pass, from the modules whose parameters each stage reads.
+// Step 10 of the partition pass: stage labels, from the modules whose parameters each stage reads.
 #include <algorithm>
 #include <string>
 

@@ -1,4 +1,4 @@
-// Step 1d of the partition pass: flags and numbers that forward computes in the chain and reads
+// Step 5 of the partition pass: flags and numbers that forward computes in the chain and reads
 // layers later, carried across cuts as 0-dim CPU tensors. (A floating carrier gets a gradient edge
 // as a stage input, like any floating activation; its read-back is not differentiable, so nothing
 // flows there. An Optional[Tensor] is not carried: where it holds a mask that does not require

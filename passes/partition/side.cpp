@@ -1,5 +1,5 @@
-// Step 1b of the partition pass: the chain's main inputs, and the side computations moved before
-// the chain (masks, position ids and tables built from shapes, attributes and other inputs).
+// Steps 2 and 4 of the partition pass: the chain's main inputs, and the side computations moved
+// before the chain (masks, position ids and tables built from shapes, attributes and other inputs).
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
 #include <cstdint>

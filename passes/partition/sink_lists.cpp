@@ -1,4 +1,4 @@
-// Step 1c of the partition pass: tensor lists built where forward starts, moved to their first use.
+// Step 3 of the partition pass: tensor lists built where forward starts, moved to their first use.
 #include "passes/partition/steps.h"
 
 namespace jitckpt::partition_steps {

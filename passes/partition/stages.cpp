@@ -1,4 +1,4 @@
-// Step 5 of the partition pass: the chain region, its lifted inputs and one standalone graph per
+// Step 9 of the partition pass: the chain region, its lifted inputs and one standalone graph per
 // stage, with the stage's in-place writes and a fallback label.
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 

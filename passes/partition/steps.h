@@ -1,20 +1,23 @@
-// The steps of the partition pass, which partitionGraph (passes/partition.cpp) runs in order:
+// The steps of the partition pass, in the order partitionGraph (partition.cpp) runs them:
 //   1. hoistAttributesAndConstants (hoist.cpp): takes the inlined graph; moves GetAttr chains and
-//      constants to its front. 1b. hoistSideComputations (side.cpp) moves after them what does
-//      not read the main inputs' data (masks, position ids); 1c. sinkTensorLists (sink_lists.cpp)
-//      moves tensor lists to their first use; 1d. carryScalarsAsTensors (scalar_carriers.cpp)
-//      carries flags read layers later as tensors. listTopLevel (cuts.cpp) then numbers the nodes
-//      after the constants.
-//   2. findCandidateCuts (cuts.cpp): takes the top-level nodes; returns every valid cut with the
+//      constants to its front.
+//   2. splitMixedIfs (side.cpp): splits an If that yields tensors and flags in two.
+//   3. sinkTensorLists (sink_lists.cpp): moves tensor lists to their first use.
+//   4. hoistSideComputations (side.cpp): moves after the constants what does not read the main
+//      inputs' data (masks, position ids).
+//   5. carryScalarsAsTensors (scalar_carriers.cpp): flags read layers later cross cuts as tensors.
+//   6. listTopLevel (cuts.cpp): numbers the top-level nodes after the moved prefix.
+//   7. findCandidateCuts (cuts.cpp): takes the top-level nodes; returns every valid cut with the
 //      boundary tensors it carries and their bytes, each marked when a later node writes its
 //      boundary in place.
-//   3-4. chooseCuts (choose_cuts.cpp): takes the candidates; returns the chain's boundaries: the
+//   8. chooseCuts (choose_cuts.cpp): takes the candidates; returns the chain's boundaries: the
 //      cheapest cut per gap between heavy ops, without cuts that carry much more than their
 //      neighbours, balanced down to max_stages, or a single stage.
-//   5. buildStages (stages.cpp): takes the boundaries; fills the Partition with the region, the
-//      lifted inputs and one standalone graph per stage; labelStagesByModule (labels.cpp) names
-//      the stages after the modules whose parameters they read.
-// Internal to the pass: include passes/partition.h instead.
+//   9. buildStages (stages.cpp): takes the boundaries; fills the Partition with the region, the
+//      lifted inputs and one standalone graph per stage.
+//  10. labelStagesByModule (labels.cpp): names the stages after the modules whose parameters
+//      they read.
+// Internal to the pass: include passes/partition/partition.h instead.
 #pragma once
 
 #include <torch/csrc/jit/ir/alias_analysis.h>
@@ -27,7 +30,7 @@
 #include <utility>
 #include <vector>
 
-#include "passes/partition.h"
+#include "passes/partition/partition.h"
 #include "runtime/stages.h"  // directlyWrittenInputs
 
 namespace jitckpt::partition_steps {
@@ -56,7 +59,7 @@ std::string attributePath(const Value* v);
 // Parameter, buffer, or scalar (non-tensor, or an Optional[Tensor] attribute that is no buffer).
 LiftedKind attributeKind(const Value* v);
 
-// ---- 1b. Side computations (side.cpp) ----
+// ---- 2 and 4. Side computations (side.cpp) ----
 
 // Whether values of `type` can hold tensors (Tensor, Optional[Tensor], List[Tensor], tuples).
 bool containsTensor(const c10::TypePtr& type);
@@ -75,7 +78,7 @@ void splitMixedIfs(Graph& graph);
 // place. Returns how many moved (listTopLevel's first positions).
 size_t hoistSideComputations(Graph& graph, const torch::jit::AliasDb& alias_db);
 
-// ---- 1c. Tensor lists (sink_lists.cpp) ----
+// ---- 3. Tensor lists (sink_lists.cpp) ----
 
 // Moves each top-level ListConstruct of tensors to just before the top-level node that first uses
 // the list: a list made where forward starts and filled by appends as the layers run (outputs
@@ -83,7 +86,7 @@ size_t hoistSideComputations(Graph& graph, const torch::jit::AliasDb& alias_db);
 // carry it, and leave no place for the chain to begin. Returns how many moved.
 size_t sinkTensorLists(Graph& graph);
 
-// ---- 1d. Scalars carried as tensors (scalar_carriers.cpp) ----
+// ---- 5. Scalars carried as tensors (scalar_carriers.cpp) ----
 
 // Each bool, int, float or Scalar (`.item()`) that a top-level node after the first
 // `num_side_nodes` computes and that is read past a heavy op crosses cuts as a 0-dim CPU tensor
@@ -93,7 +96,7 @@ size_t sinkTensorLists(Graph& graph);
 // carriers (AliasDb must be built after, when any).
 std::unordered_set<const Value*> carryScalarsAsTensors(Graph& graph, size_t num_side_nodes);
 
-// ---- Top-level positions (cuts.cpp) ----
+// ---- 6. Top-level positions (cuts.cpp) ----
 
 // The top-level nodes after the hoisted prefix. Position p is the gap before nodes[p]; `end`
 // (nodes.size()) is the position of the return node. Nested blocks are never split: a node with
@@ -141,7 +144,7 @@ TopLevelNodes listTopLevel(Graph& graph, size_t num_side_nodes = 0,
 // The values of `top` that carry the main inputs' data (side.cpp).
 std::unordered_set<const Value*> valuesFromMainInputs(const TopLevelNodes& top);
 
-// ---- 2. Candidate cuts (cuts.cpp) ----
+// ---- 7. Candidate cuts (cuts.cpp) ----
 
 // A tensor list live across a cut (DenseNet's features): the cut carries its elements, and the
 // stage after it builds the list again from them.
@@ -174,7 +177,7 @@ struct CandidateCuts {
 CandidateCuts findCandidateCuts(const TopLevelNodes& top, const torch::jit::AliasDb& alias_db,
                                 const ValueBytes& bytes);
 
-// ---- 3-4. Choose cuts (choose_cuts.cpp) ----
+// ---- 8. Choose cuts (choose_cuts.cpp) ----
 
 // Heavy ops before each position: before[p] counts those in nodes[0, p).
 struct HeavyOpCounts {
@@ -183,23 +186,23 @@ struct HeavyOpCounts {
 };
 HeavyOpCounts countHeavyOps(const TopLevelNodes& top);
 
-// Returns the chain's boundaries, the first and last candidates included. 3. Granularity: a stage
+// Returns the chain's boundaries, the first and last candidates included. Granularity: a stage
 // holds at least one heavy op, and at most one cut sits in each gap between two consecutive heavy
 // ops: the one carrying the fewest bytes, the latest of equals, so the norm, activation and
 // pooling after a layer stay in its stage. With move_cuts_off_inplace_writes, a boundary that a
 // later node writes in place counts twice (the runtime copies it); otherwise the writing stage
-// gets marked (step 5). Then runs of equal cuts that carry on a tensor of the cut before them and
+// gets marked (step 9). Then runs of equal cuts that carry on a tensor of the cut before them and
 // kHumpRatio times what both neighbours carry are dropped, until none is left: in a ResNet the
 // cuts inside a residual block (identity and branch) go, leaving one stage per block; in a
 // transformer block those beside the attention scores go, leaving the residual stream; the skips
 // of a U-Net grow slowly from cut to cut and stay.
-// 4. `max_stages` then keeps the cuts that best balance the heavy-op count. With no usable cut the
+// `max_stages` then keeps the cuts that best balance the heavy-op count. With no usable cut the
 // whole region is one stage and a warning goes to `warnings`; throws when it is empty.
 std::vector<const Cut*> chooseCuts(const TopLevelNodes& top, const CandidateCuts& candidates,
                                    const HeavyOpCounts& heavy, const PartitionOptions& options,
                                    std::vector<std::string>& warnings);
 
-// ---- 5. Stages (stages.cpp, labels.cpp) ----
+// ---- 9 and 10. Stages (stages.cpp, labels.cpp) ----
 
 // Fills partition's region, chain inputs and outputs, lifted inputs (every hoisted attribute or
 // prologue scalar that a stage reads, in first-read order) and stages, one per pair of

@@ -5,7 +5,7 @@
 #include <torch/csrc/jit/api/module.h>
 #include <torch/script.h>
 
-#include "passes/partition_module.h"
+#include "passes/partition/module.h"
 #include "passes/prologue.h"
 #include "runtime/probes/memory_probe.h"
 #include "runtime/stage_runner.h"

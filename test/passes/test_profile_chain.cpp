@@ -6,7 +6,7 @@
 #include <torch/csrc/jit/api/module.h>
 #include <torch/script.h>
 
-#include "passes/partition_module.h"
+#include "passes/partition/module.h"
 #include "passes/profile.h"
 #include "runtime/probes/stopwatch.h"
 #include "solver/baselines.h"

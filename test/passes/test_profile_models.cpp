@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "passes/partition_module.h"
+#include "passes/partition/module.h"
 #include "passes/profile.h"
 #include "solver/costs.h"
 #include "test/fixtures/fixture_path.h"

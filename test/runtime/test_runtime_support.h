@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "passes/partition_module.h"
+#include "passes/partition/module.h"
 #include "passes/rewrite.h"
 #include "runtime/plan.h"
 #include "solver/baselines.h"

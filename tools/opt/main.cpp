@@ -1,7 +1,7 @@
 // jitckpt-opt: runs one graph pass, by name, on TorchScript IR text or a saved module and prints
 // the result in a stable text form, for lit/FileCheck tests (as mlir-opt does). Passes:
 //   inline     the forward graph with every call inlined
-//   partition  the chain of stages (print_partition.h)
+//   partition  the chain of stages (passes/partition/print.h)
 //   rewrite    the rewritten forward graph, then its plan; a saved module only (the rewrite needs
 //              the module), planned with zero costs and the no-checkpointing schedule, since the
 //              rewrite does not depend on the schedule
@@ -17,9 +17,9 @@
 #include <sstream>
 
 #include "passes/inline_calls.h"
-#include "passes/partition.h"
-#include "passes/partition_module.h"
-#include "passes/print_partition.h"
+#include "passes/partition/module.h"
+#include "passes/partition/partition.h"
+#include "passes/partition/print.h"
 #include "passes/rewrite.h"
 #include "passes/solve.h"
 #include "runtime/error_text.h"

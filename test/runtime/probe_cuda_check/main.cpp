@@ -12,7 +12,7 @@
 #include <string>
 
 #include "passes/checkpoint.h"
-#include "passes/partition_module.h"
+#include "passes/partition/module.h"
 #include "passes/profile.h"
 #include "passes/rewrite.h"
 #include "runtime/plan.h"

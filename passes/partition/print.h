@@ -6,7 +6,7 @@
 #include <ostream>
 #include <string>
 
-#include "passes/partition.h"
+#include "passes/partition/partition.h"
 
 namespace jitckpt {
 

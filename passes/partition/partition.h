@@ -64,8 +64,8 @@ struct Partition {
 };
 
 // Bytes of the top-level tensors of a graph, measured on example inputs (measureValueBytes, in
-// passes/value_bytes.h): the partition chooses cuts by the bytes they carry. Without them each
-// tensor counts as one unit.
+// value_bytes.h): the partition chooses cuts by the bytes they carry. Without them each tensor
+// counts as one unit.
 using ValueBytes = std::unordered_map<const torch::jit::Value*, int64_t>;
 
 struct PartitionOptions {

@@ -1,7 +1,6 @@
-// Partition pass: inlined forward graph -> chain of standalone stage graphs (see partition.h). The
-// steps live in passes/partition/ (steps.h says what each takes and returns); partitionGraph runs
-// them in order.
-#include "passes/partition.h"
+// Partition pass: inlined forward graph -> chain of standalone stage graphs (see partition.h).
+// partitionGraph runs the steps in order; steps.h says what each takes and returns.
+#include "passes/partition/partition.h"
 
 #include <torch/csrc/jit/ir/alias_analysis.h>
 
@@ -21,23 +20,23 @@ Partition partitionGraph(std::shared_ptr<Graph> graph, const PartitionOptions& o
   namespace steps = partition_steps;
   TORCH_CHECK(graph, "partition: null graph");
   steps::hoistAttributesAndConstants(*graph);  // 1
-  steps::splitMixedIfs(*graph);
-  steps::sinkTensorLists(*graph);  // 1c, before side computations are hoisted (1b)
+  steps::splitMixedIfs(*graph);                // 2
+  steps::sinkTensorLists(*graph);              // 3, before side computations are hoisted
   auto alias_db = std::make_unique<torch::jit::AliasDb>(graph);
-  const size_t num_side_nodes = steps::hoistSideComputations(*graph, *alias_db);  // 1b
-  auto carried_flags = steps::carryScalarsAsTensors(*graph, num_side_nodes);      // 1d
+  const size_t num_side_nodes = steps::hoistSideComputations(*graph, *alias_db);  // 4
+  auto carried_flags = steps::carryScalarsAsTensors(*graph, num_side_nodes);      // 5
   if (!carried_flags.empty()) alias_db = std::make_unique<torch::jit::AliasDb>(graph);
-  const steps::TopLevelNodes top =
+  const steps::TopLevelNodes top =  // 6
       steps::listTopLevel(*graph, num_side_nodes, std::move(carried_flags));
-  const steps::CandidateCuts candidates = steps::findCandidateCuts(top, *alias_db, bytes);  // 2
+  const steps::CandidateCuts candidates = steps::findCandidateCuts(top, *alias_db, bytes);  // 7
 
   Partition partition;
   partition.graph = graph;
   partition.bytes_measured = !bytes.empty();
-  const std::vector<const steps::Cut*> chosen =  // 3, 4
+  const std::vector<const steps::Cut*> chosen =  // 8
       steps::chooseCuts(top, candidates, steps::countHeavyOps(top), options, partition.warnings);
-  steps::buildStages(partition, top, chosen, *alias_db);  // 5
-  steps::labelStagesByModule(partition);
+  steps::buildStages(partition, top, chosen, *alias_db);  // 9
+  steps::labelStagesByModule(partition);                  // 10
   return partition;
 }
 

@@ -1,5 +1,5 @@
-// Partition at module level (see partition_module.h).
-#include "passes/partition_module.h"
+// Partition at module level (see module.h).
+#include "passes/partition/module.h"
 
 #include <c10/core/GradMode.h>
 
@@ -10,7 +10,7 @@
 #include "passes/example_copies.h"
 #include "passes/graph_walk.h"
 #include "passes/inline_calls.h"
-#include "passes/value_bytes.h"
+#include "passes/partition/value_bytes.h"
 #include "runtime/plan.h"
 
 namespace jitckpt {

@@ -7,7 +7,7 @@
 
 #include <memory>
 
-#include "passes/partition.h"
+#include "passes/partition/partition.h"
 #include "runtime/stages.h"
 
 namespace jitckpt {

@@ -11,7 +11,7 @@
 
 #include <vector>
 
-#include "passes/partition.h"
+#include "passes/partition/partition.h"
 
 namespace jitckpt {
 

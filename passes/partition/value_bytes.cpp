@@ -1,5 +1,5 @@
 // Value sizes for the partition (see value_bytes.h).
-#include "passes/value_bytes.h"
+#include "passes/partition/value_bytes.h"
 
 #include <c10/core/ScalarType.h>
 #include <torch/csrc/jit/runtime/interpreter.h>

@@ -1,5 +1,5 @@
 // Stable text form of a Partition.
-#include "passes/print_partition.h"
+#include "passes/partition/print.h"
 
 #include <sstream>
 

@@ -1,6 +1,6 @@
 // Piecewise execution of a Partition (see partition_run.h): prologue, stages, epilogue, each a
 // separate graph run by torch::jit::Code + InterpreterState (no profiling, no fusion).
-#include "passes/partition_run.h"
+#include "bindings/partition_run.h"
 
 #include <torch/csrc/jit/runtime/interpreter.h>
 
