@@ -351,9 +351,8 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   profile.unconstrained_peak = solver::simulate(c, solver::noCheckpointSchedule(c)).peak;
   // At most `repeats` timed runs, so that a quick profile stays quick. They follow `warmup` untimed
   // ones: the first run of the whole schedule is the first to reach the step's full peak, and
-  // its allocations fault in fresh memory (ResNet-18, 224 px, batch 16: 2-17% slower than the
-  // median of the runs after it, in four profiles; timed, it put the predicted times above the
-  // measured ones).
+  // its allocations fault in fresh memory, so that it runs slower than the runs after it (timed,
+  // it put the predicted times above the measured ones).
   const int timed_runs = std::min(options.calibration_runs, options.repeats);
   const int untimed_runs = timed_runs > 0 ? options.warmup : 0;
   const int runs = std::max(untimed_runs + timed_runs, options.measure_unconstrained_peak ? 1 : 0);

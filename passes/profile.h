@@ -70,9 +70,8 @@ struct ProfileOptions {
   // Time that schedule this many times (0: not at all) and scale every stage's times so that the
   // model's time of it is the median measured one. Stages timed alone, over and over, run faster
   // than in a whole step (their inputs stay in cache; the step's allocations and autograd's
-  // bookkeeping are not theirs): whole steps took 7% (ResNet-50) to 27% (DenseNet-121) more
-  // than the sum in the CPU suite. One factor for all keeps the optimal schedule as it was
-  // (every schedule's time scales alike) and makes the predicted times the measured ones.
+  // bookkeeping are not theirs). One factor for all keeps the optimal schedule as it was (every
+  // schedule's time scales alike) and makes the predicted times the measured ones.
   int calibration_runs = 3;
 };
 

@@ -239,7 +239,7 @@ Separation separation(const std::vector<Cut>& cuts, const HeavyOpCounts& heavy) 
 // made before the later start lives on into the chain (as its input: the embeddings of the token
 // ids, an input projection): what runs before the chain is held through the step outside the
 // plan, and a tensor that died there was a layer's activation, kept for its backward (a
-// convolution stem left before the chain measured 13 times the limit at "min"). One is taken when
+// convolution stem left before the chain put the step many times over the limit). One is taken when
 // it separates more heavy ops, or as many with a smaller largest stage.
 constexpr size_t kMaxStartDelay = 64;
 constexpr size_t kMaxSearchedPositions = 4000;
