@@ -10,12 +10,15 @@ Run it in several processes: the spread of "predicted" across them is the calibr
 """
 import argparse
 import ctypes
+import os
 import resource
 import statistics
+import sys
 
 import torch
 
 import jitckpt
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models"))  # the model zoo
 import zoo
 from common import make_step, timed_run, use_threads
 

@@ -3,12 +3,14 @@ import gc
 import io
 import os
 import statistics
+import sys
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 import jitckpt
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models"))  # the model zoo
 import zoo
 
 Step = Callable[[], None]

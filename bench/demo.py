@@ -9,10 +9,12 @@ checks that gradients are bit-identical to the unmodified model, and plots time 
 import argparse
 import csv
 import os
+import sys
 
 import torch
 
 import jitckpt
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models"))  # the model zoo
 import zoo
 from common import fresh_copy, gradients, make_step, measure, use_threads
 

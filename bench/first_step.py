@@ -1,11 +1,12 @@
 """What planning at the first training call costs: a model rewritten without example inputs
 (jitckpt.checkpoint(model, memory_limit=...)) profiles and solves inside its first training step.
 Times that first step against the median of the steps after it, and against plain TorchScript's
-step, for ResNet-50 and the GPT-style decoder of bench/families.py.
+step, for ResNet-50 and the GPT-style decoder of test/models/families.py.
 
     PYTHONPATH=build/python:bench /usr/bin/python3 bench/first_step.py [--out FILE.md]
 """
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -13,6 +14,7 @@ import time
 import torch
 import torchvision
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models"))  # the model zoo
 import families
 import jitckpt
 from common import use_threads

@@ -6,9 +6,12 @@ gradient, so the step's peak is the plan's to predict:
     PYTHONPATH=build/python:bench /usr/bin/python3 bench/held_output.py --size bench lstm_stack gru encoder_decoder gpt_mask_input
 """
 import argparse
+import os
+import sys
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models"))  # the model zoo
 import families
 import jitckpt
 from common import use_threads

@@ -7,18 +7,20 @@ equal, the step is bound by the host, and every microsecond of per-stage bookkee
 
     PYTHONPATH=build-cuda/python:bench python3 bench/host_overhead.py inception_v3:500:8 resnet101:1000:2
 
-Arguments: model:image:batch (bench/zoo.py names). --profile DIR also writes torch.profiler tables
+Arguments: model:image:batch (test/models/zoo.py names). --profile DIR also writes torch.profiler tables
 (self CPU and self CUDA time per op) of one step of plain and of jitckpt per model.
 """
 import argparse
 import os
 import statistics
+import sys
 import time
 import warnings
 
 import torch
 
 import jitckpt
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models"))  # the model zoo
 import zoo
 from common import make_step, paired_ratios, steps_per_run, synchronize
 

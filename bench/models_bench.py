@@ -54,6 +54,7 @@ import torch.utils.checkpoint
 
 import jitckpt
 import summary
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models"))  # the model zoo
 import zoo
 from common import (is_out_of_memory, make_step, pyplot, paired_ratio, paired_ratios, release_memory, step_peak,
                     steps_per_run, timed_run, use_threads)
@@ -350,7 +351,7 @@ def plot(rows: List[Dict], title: str, path: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="resnet18", help="see bench/zoo.py")
+    parser.add_argument("--model", default="resnet18", help="see test/models/zoo.py")
     parser.add_argument("--image", type=int, default=64)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")

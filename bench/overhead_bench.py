@@ -8,11 +8,14 @@ The paper-protocol runs (models_bench.py) measure the same pair after dozens of 
 this measures it with nothing else in the process. Target: jitckpt / plain at most x1.02.
 """
 import argparse
+import os
+import sys
 import warnings
 
 import torch
 
 import jitckpt
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models"))  # the model zoo
 import zoo
 from common import make_step, paired_ratio, steps_per_run, use_threads
 

@@ -1,6 +1,6 @@
 """Transformers under jitckpt: a 12-block GPT-style decoder (causal mask and positions built in
 forward) and nn.TransformerEncoder (6 layers, padding mask), d 256, 4 heads, sequence 256,
-batch 4 (bench/families.py's "bench" sizes).
+batch 4 (test/models/families.py's "bench" sizes).
 
     PYTHONPATH=build/python /usr/bin/python3 bench/transformer_bench.py
     PYTHONPATH=build/python /usr/bin/python3 bench/transformer_bench.py --size small --steps 3   # smoke run
@@ -20,7 +20,7 @@ its time / plain's time in the same round, so slow spells of the machine cancel.
 
 Writes <out> (CSV, default bench/results/<device>/transformers.csv), and beside it a .json
 (settings, rows) and a .png (step time against measured peak, with jitckpt's predicted curve).
-Any bench/families.py family can be added with --models (no goals for those).
+Any test/models/families.py family can be added with --models (no goals for those).
 """
 import argparse
 import csv
@@ -35,6 +35,7 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models"))  # the model zoo
 import families
 import jitckpt
 from common import TrainingStep, is_out_of_memory, pyplot, release_memory, step_peak, timed_run, use_threads
@@ -238,7 +239,7 @@ def plot(rows: List[Dict], title: str, path: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="gpt,encoder",
-                        help="comma-separated: gpt, encoder, or any bench/families.py family")
+                        help="comma-separated: gpt, encoder, or any test/models/families.py family")
     parser.add_argument("--size", choices=list(SIZES), default="full",
                         help="full: the sizes above; small: the tests' tiny sizes, for a quick smoke run; "
                              "large: sequence 1024, d 1024, 16 heads, 12 blocks, batch 8 (a GPU's size)")

@@ -20,7 +20,7 @@ import jitckpt
 
 import generate
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models"))
 from families import tensors_of  # noqa: E402
 
 STEPS = 2

@@ -55,7 +55,7 @@ int64_t measuredActivationPeak(torch::jit::Module& module, const torch::Tensor& 
 
 TEST(TrainingStepMemory, TinyResNetStaysWithinTheLimitAndTracksThePrediction) {
   const std::string path = fixture("tiny_resnet");
-  if (path.empty()) GTEST_SKIP() << "tiny_resnet.pt not built (test/fixtures/make_models.py)";
+  if (path.empty()) GTEST_SKIP() << "tiny_resnet.pt not built (test/models/fixtures.py)";
   torch::manual_seed(0);
   const torch::Tensor x = torch::randn({8, 3, 32, 32});
   CheckpointOptions options;

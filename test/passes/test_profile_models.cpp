@@ -1,4 +1,4 @@
-// Profiler on the scripted fixture models (test/fixtures/make_models.py): a small ResNet with
+// Profiler on the scripted fixture models (test/models/fixtures.py): a small ResNet with
 // BatchNorm and in-place relu_/add_, and torchvision's resnet18. The measured no-checkpointing
 // peak must be the simulator's from the same costs; memory values repeat exactly; buffers stay.
 #include <gtest/gtest.h>
@@ -25,7 +25,7 @@ ProfileOptions quiet() {
 
 void checkModel(const std::string& name, const torch::Tensor& x, size_t min_stages) {
   const std::string path = fixture(name);
-  if (path.empty()) GTEST_SKIP() << name << ".pt not built (test/fixtures/make_models.py)";
+  if (path.empty()) GTEST_SKIP() << name << ".pt not built (test/models/fixtures.py)";
   torch::jit::Module m = torch::jit::load(path);
   m.train();
   Partition partition = partitionModule(m);

@@ -16,7 +16,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+sys.path.insert(0, os.path.join(HERE, "..", "models"))
 
 import jitckpt  # noqa: E402
 import families  # noqa: E402

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-
 import summary  # noqa: E402
 import zoo  # noqa: E402
 

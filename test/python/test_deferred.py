@@ -1,6 +1,6 @@
 """Rewrite now, plan later: jitckpt.checkpoint without example inputs plans at the first training
 call for that call's inputs, once per new input key; "min" and "auto" limits; jitckpt.strip; the
-graph-level _jit_pass_* functions. Every model family of bench/families.py at its "test" size."""
+graph-level _jit_pass_* functions. Every model family of test/models/families.py at its "test" size."""
 import os
 import subprocess
 import sys
@@ -11,13 +11,11 @@ import torch
 
 import jitckpt
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-
-import families  # noqa: E402
-from test_model_families import FRESH_PROCESS_TRAINING, assert_same_training, train, train_step  # noqa: E402
+import families
+from test_model_families import FRESH_PROCESS_TRAINING, assert_same_training, train, train_step
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCH = os.path.join(HERE, "..", "..", "bench")
+MODELS = os.path.join(HERE, "..", "models")
 
 
 @pytest.fixture(scope="module", params=list(families.FAMILIES))
@@ -91,7 +89,7 @@ def trained_in_a_fresh_process(module, family, directory):
     directory.mkdir()
     path, out = directory / "model.pt", directory / "records.pt"
     torch.jit.save(module, str(path))
-    script = FRESH_PROCESS_TRAINING.format(test_dir=HERE, bench_dir=BENCH)
+    script = FRESH_PROCESS_TRAINING.format(test_dir=HERE, models_dir=MODELS)
     done = subprocess.run([sys.executable, "-c", script, family.name, str(path), str(out)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"{family.name}: the fresh process failed:\n{done.stderr[-3000:]}"

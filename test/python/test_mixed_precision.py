@@ -1,12 +1,10 @@
 """Training under torch.autocast (CPU, bfloat16), forward under autocast and backward outside it, as
-training loops do: every model family (bench/families.py, "test" sizes) at the smallest limit that
+training loops do: every model family (test/models/families.py, "test" sizes) at the smallest limit that
 works, planned from example inputs under autocast or at its first call, trains bit for bit like
 the unmodified model and keeps its measured step peak within the limit. Autocast caches a cast of
 every weight until its region ends; the stages keep that cache to themselves, so that the casts do
 not pile up over the forward outside the plan. Models cast to bfloat16 as a whole, likewise."""
 import copy
-import os
-import sys
 import warnings
 from typing import Optional
 
@@ -17,10 +15,8 @@ import torch.nn.functional as F
 
 import jitckpt
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-
-import families  # noqa: E402
-from test_model_families import assert_same_training  # noqa: E402
+import families
+from test_model_families import assert_same_training
 
 DTYPE = torch.bfloat16
 

@@ -1,4 +1,4 @@
-"""Model families beyond CNN chains (bench/families.py at its tiny "test" sizes): transformers with
+"""Model families beyond CNN chains (test/models/families.py at its tiny "test" sizes): transformers with
 masks, multi-input, U-Net, DenseNet, LSTM/GRU and dict-output models. Each gets at least one
 stage per block, trains bit for bit like the unmodified model at the smallest limit that works,
 and keeps its measured peak within that limit."""
@@ -12,10 +12,8 @@ import torch
 
 import jitckpt
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-
-import families  # noqa: E402
-from smallest_limit import at_smallest_limit  # noqa: E402
+import families
+from smallest_limit import at_smallest_limit
 
 NAMES = list(families.FAMILIES)
 STEPS = 3
@@ -216,7 +214,7 @@ FRESH_PROCESS_TRAINING = """
 import sys
 import torch
 import jitckpt  # registers the jitckpt::chain op and the Plan class that the file needs
-sys.path[:0] = [{test_dir!r}, {bench_dir!r}]
+sys.path[:0] = [{test_dir!r}, {models_dir!r}]
 import families, test_model_families
 family = families.FAMILIES[sys.argv[1]]("test")
 records = test_model_families.train(torch.jit.load(sys.argv[2]), family)
@@ -232,7 +230,7 @@ def test_saved_module_trains_identically_in_a_fresh_process(family, profiled, sm
     path, out = tmp_path / "model.pt", tmp_path / "records.pt"
     torch.jit.save(model, str(path))
     here = os.path.dirname(os.path.abspath(__file__))
-    script = FRESH_PROCESS_TRAINING.format(test_dir=here, bench_dir=os.path.join(here, "..", "..", "bench"))
+    script = FRESH_PROCESS_TRAINING.format(test_dir=here, models_dir=os.path.join(here, "..", "models"))
     done = subprocess.run([sys.executable, "-c", script, family.name, str(path), str(out)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"{family.name}: the fresh process failed:\n{done.stderr[-3000:]}"

@@ -1,9 +1,7 @@
 """Partition of scripted torchvision models: stage counts derived from the architectures, and the
 piecewise run (prologue, each stage graph alone, epilogue) equal to the module, bit for bit."""
 import copy
-import os
 import re
-import sys
 from typing import List
 
 import pytest
@@ -12,9 +10,7 @@ import torchvision
 
 import jitckpt
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-
-import families  # noqa: E402
+import families
 
 # name -> (constructor kwargs, input size, expected stage count, why)
 MODELS = {
@@ -279,7 +275,7 @@ def test_a_mask_made_inside_a_stage_is_not_a_write_to_its_input():
 
 
 def test_torch_transformer_gets_a_stage_per_layer_and_sublayer():
-    """PyTorch's own nn.Transformer (bench/families.py, 3 + 3 layers). On 2.x its decoder derives
+    """PyTorch's own nn.Transformer (test/models/families.py, 3 + 3 layers). On 2.x its decoder derives
     tgt_is_causal from the target's length and every decoder layer reads it: as a bool live across
     the layers it left no cut between them (3 decoder stages), now it crosses them as a tensor and
     each self-attention, cross-attention and feed-forward block is a stage. The encoder's optional

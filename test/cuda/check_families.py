@@ -1,8 +1,8 @@
-"""Every model family of bench/families.py ("test" sizes) on a CUDA GPU: stages, the smallest
+"""Every model family of test/models/families.py ("test" sizes) on a CUDA GPU: stages, the smallest
 limit that works, training bit for bit against the unmodified model (3 steps: outputs, gradients,
 buffers), and the measured CUDA peak of a step against the limit.
 
-    PYTHONPATH=build-cuda/python:bench python3 bench/gpu_families.py [--out FILE.json] [NAME ...]
+    PYTHONPATH=build-cuda/python python3 test/cuda/check_families.py [--out FILE.json] [NAME ...]
 
 The unmodified model is trained twice first: a family whose reference does not repeat itself bit
 for bit on this GPU (atomics in a backward) is reported as such, not as a jitckpt failure.
@@ -20,6 +20,7 @@ import torch  # noqa: E402
 
 import jitckpt  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models"))  # the model zoo
 import families  # noqa: E402
 
 STEPS = 3
