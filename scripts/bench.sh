@@ -8,6 +8,8 @@
 #                                   builds against that PyTorch into build-cuda/ (the Python module
 #                                   on, tests and tools off), runs the CUDA checks
 #                                   (scripts/cuda-test.sh), then the GPU suite into bench/results/gpu
+#   scripts/bench.sh gpu-build       the gpu mode's build and CUDA checks alone (scripts/gpu-suite.sh
+#                                   runs it first)
 #   scripts/bench.sh header-deps     here: unpacks Debian's header-only nlohmann-json into .deps/,
 #                                   for a GPU machine that has no package registry; bring .deps/
 #                                   along and the gpu build finds it by itself
@@ -28,7 +30,7 @@ case "$mode" in
     cmake --build build -j"$(nproc)"
     PYTHONPATH=build/python:bench exec /usr/bin/python3 bench/paper_suite.py "$mode" "$@"
     ;;
-  gpu)
+  gpu | gpu-build)
     python=${PYTHON:-python3}
     if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
       echo "bench.sh gpu: '$python' has no PyTorch that sees a CUDA GPU; run it where one is (PYTHON=...)" >&2
@@ -40,6 +42,7 @@ case "$mode" in
     }
     export JITCKPT_CMAKE_ARGS="-DJITCKPT_BUILD_PYTHON=ON -DPython3_EXECUTABLE=$(command -v "$python") -Dpybind11_DIR=$pybind11_dir"
     PYTHON=$python ./scripts/cuda-test.sh "$root/build-cuda"
+    [ "$mode" = gpu-build ] && exit 0
     PYTHONPATH=build-cuda/python:bench exec "$python" bench/paper_suite.py gpu "$@"
     ;;
   header-deps)
@@ -51,7 +54,7 @@ case "$mode" in
     echo "unpacked into .deps/: $(ls .deps/usr/share/cmake)"
     ;;
   *)
-    sed -n '2,18p' "$0" >&2
+    sed -n '2,20p' "$0" >&2
     exit 2
     ;;
 esac

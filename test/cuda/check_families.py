@@ -2,13 +2,18 @@
 limit that works, training bit for bit against the unmodified model (3 steps: outputs, gradients,
 buffers), and the measured CUDA peak of a step against the limit.
 
-    PYTHONPATH=build-cuda/python python3 test/cuda/check_families.py [--out FILE.json] [NAME ...]
+    PYTHONPATH=build-cuda/python python3 test/cuda/check_families.py [--out FILE.json]
+        [--autocast bfloat16|float16] [--device cpu] [NAME ...]
+
+With --autocast, every forward (the plan's too) runs under torch.autocast to that dtype and every
+backward outside it, as training loops do.
 
 The unmodified model is trained twice first: a family whose reference does not repeat itself bit
 for bit on this GPU (atomics in a backward) is reported as such, not as a jitckpt failure.
 Deterministic algorithms are asked for (warn only), so that most do repeat.
 """
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -24,6 +29,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import families  # noqa: E402
 
 STEPS = 3
+AUTOCAST = {"none": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+autocast_dtype = None  # set by --autocast
+
+
+def forward_context(family):
+    """torch.autocast to --autocast's dtype on the family's device, or nothing."""
+    if autocast_dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(family.inputs[0].device.type, dtype=autocast_dtype)
 
 
 def train(model, family, steps=STEPS):
@@ -32,7 +46,8 @@ def train(model, family, steps=STEPS):
         torch.manual_seed(seed)
         model.zero_grad(set_to_none=True)
         with torch.jit.optimized_execution(False):
-            output = model(*family.inputs)
+            with forward_context(family):
+                output = model(*family.inputs)
             family.loss(output).backward()
         records.append(([t.detach().clone() for t in families.tensors_of(output)],
                         {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()},
@@ -69,14 +84,18 @@ def step_peak(model, family):
     if family.inputs[0].device.type == "cpu":  # (a dry run of this script without a GPU)
         with jitckpt.cpu_memory() as memory, torch.jit.optimized_execution(False):
             torch.manual_seed(2)
-            family.loss(model(*family.inputs)).backward()
+            with forward_context(family):
+                output = model(*family.inputs)
+            family.loss(output).backward()
         return memory.peak
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     torch.manual_seed(2)
     with torch.jit.optimized_execution(False):
-        family.loss(model(*family.inputs)).backward()
+        with forward_context(family):
+            output = model(*family.inputs)
+        family.loss(output).backward()
     torch.cuda.synchronize()
     return torch.cuda.max_memory_allocated() - base
 
@@ -88,15 +107,18 @@ def check(name, device):
     reference = train(family.make(0), family)
     repeat = first_difference(reference, train(family.make(0), family))
     row["reference_repeats"] = repeat is None
-    profiled = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=None, profile_repeats=1)
+    with forward_context(family):  # plans for the forward's autocast dtype
+        profiled = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=None, profile_repeats=1)
+        smallest = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit="min",
+                                      reuse_profile_of=profiled)
     row["stages"] = jitckpt.plan(profiled)["num_stages"]
-    smallest = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit="min", reuse_profile_of=profiled)
     info = jitckpt.plan(smallest)
     row["limit"], row["predicted_peak"] = info["memory_limit"], info["predicted_peak"]
     row["difference_at_min"] = first_difference(reference, train(smallest, family))
-    row["peak_at_min"] = step_peak(
-        jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=info["memory_limit"],
-                           reuse_profile_of=profiled), family)
+    with forward_context(family):
+        at_limit = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=info["memory_limit"],
+                                      reuse_profile_of=profiled)
+    row["peak_at_min"] = step_peak(at_limit, family)
     row["peak_plain"] = step_peak(family.make(0), family)
     row["peak_over_limit"] = round(row["peak_at_min"] / row["limit"], 3)
     row["seconds"] = round(time.perf_counter() - start, 1)
@@ -108,11 +130,15 @@ def main():
     parser.add_argument("names", nargs="*", default=list(families.FAMILIES))
     parser.add_argument("--out", help="write the rows as JSON here")
     parser.add_argument("--device", default="cuda", help="cuda (default), or cpu for a dry run")
+    parser.add_argument("--autocast", choices=list(AUTOCAST), default="none",
+                        help="forward under torch.autocast to this dtype")
     args = parser.parse_args()
+    global autocast_dtype
+    autocast_dtype = AUTOCAST[args.autocast]
     warnings.filterwarnings("ignore")
     torch.use_deterministic_algorithms(True, warn_only=True)
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else "none"
-    print(f"PyTorch {torch.__version__}, GPU {gpu}", flush=True)
+    print(f"PyTorch {torch.__version__}, GPU {gpu}, autocast {args.autocast}", flush=True)
     rows = []
     for name in args.names:
         try:
@@ -123,7 +149,8 @@ def main():
         print(json.dumps(row), flush=True)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"torch": torch.__version__, "gpu": gpu, "rows": rows}, f, indent=1)
+            json.dump({"torch": torch.__version__, "gpu": gpu, "autocast": args.autocast, "rows": rows}, f,
+                      indent=1)
     bad = [r["family"] for r in rows if "error" in r or (r["reference_repeats"] and r["difference_at_min"])]
     print("FAILED: " + ", ".join(bad) if bad else "all families trained bit for bit at their smallest limit")
     sys.exit(1 if bad else 0)
