@@ -33,7 +33,7 @@ def test_first_training_call_plans_and_trains_bit_identically(family):
     """Rewritten without inputs at "min": nothing is planned until the first training call (a
     no-grad call does not plan), which plans once for its inputs; training is bit-identical to the
     unmodified model's."""
-    model = jitckpt.checkpoint(family.make(0), memory_limit="min")
+    model = jitckpt.checkpoint(family.make(0), memory_limit="min", profile_repeats=1)
     before = jitckpt.plan(model)
     assert before["deferred"] and "schedule" not in before and before["variants"] == []
     # Without inputs the cuts are chosen by tensor count, not bytes: every family keeps a stage per
@@ -100,7 +100,7 @@ def test_unplanned_module_saves_and_trains_identically_in_a_fresh_process(family
     """The reference trains in a fresh process too: in this one, scripted instances of a class
     share its methods' executors, which earlier tests ran optimized, and nn.Transformer's forward
     on 2.6 then differed from a fresh process's in the last bits without jitckpt."""
-    model = jitckpt.checkpoint(family.make(0), memory_limit="min")
+    model = jitckpt.checkpoint(family.make(0), memory_limit="min", profile_repeats=1)
     assert_same_training(f"{family.name}, unplanned, saved and loaded",
                          trained_in_a_fresh_process(family.make(0), family, tmp_path / "reference"),
                          trained_in_a_fresh_process(model, family, tmp_path / "rewritten"))
