@@ -19,6 +19,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "models"))
 
 import jitckpt  # noqa: E402
+import onednn_off  # noqa: E402,F401
 import families  # noqa: E402
 from smallest_limit import at_smallest_limit  # noqa: E402
 from test_autograd_contracts import tied_family  # noqa: E402

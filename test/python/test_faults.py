@@ -49,7 +49,7 @@ def profiled():
 def allocations_per_step(profiled):
     """CPU allocations of one step of the rewritten module (a copy, so nothing else moves)."""
     jitckpt._C.start_cpu_memory_counting()
-    model = jitckpt.checkpoint(scripted(), (X,), memory_limit=0.7, reuse_profile_of=profiled)
+    model = jitckpt.checkpoint(scripted(), (X,), memory_limit=0.8, reuse_profile_of=profiled)
     step(model, X, 1)
     before = jitckpt._C.cpu_allocations()
     step(model, X, 2)
@@ -59,7 +59,7 @@ def allocations_per_step(profiled):
 @pytest.mark.parametrize("position", [0.02, 0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9, 0.98])
 def test_an_allocation_failure_anywhere_in_a_step_loses_nothing(profiled, allocations_per_step, position):
     reference = scripted()
-    rewritten = jitckpt.checkpoint(copy_of(reference), (X,), memory_limit=0.7, reuse_profile_of=profiled)
+    rewritten = jitckpt.checkpoint(copy_of(reference), (X,), memory_limit=0.8, reuse_profile_of=profiled)
     step(reference, X, 1)
     step(rewritten, X, 1)
     before = buffers_of(rewritten)

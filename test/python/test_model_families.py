@@ -13,6 +13,7 @@ import torch
 import jitckpt
 
 import families
+import onednn_off  # noqa: F401 (also in the fresh processes that import this file)
 from smallest_limit import at_smallest_limit
 
 NAMES = list(families.FAMILIES)
