@@ -42,7 +42,8 @@ int profileRepeats(const CheckpointOptions& options, int by_default) {
 }
 
 solver::Costs measuredCosts(std::shared_ptr<const ChainStages> stages,
-                            const ChainArguments& arguments, const CheckpointOptions& options,
+                            const ChainArguments& arguments, const MemoryLimit& limit,
+                            const CheckpointOptions& options,
                             const std::function<void(const std::string&)>& report) {
   if (options.costs) {
     TORCH_CHECK(options.costs->length() == stages->size() + 1, "the reused profile describes ",
@@ -71,7 +72,14 @@ solver::Costs measuredCosts(std::shared_ptr<const ChainStages> stages,
         report("profiled stage " + std::to_string(stage) + "/" + std::to_string(total));
     };
   }
+  profile_options.whole_schedule_room =
+      wholeScheduleRoom(limit, arguments, /*in_training_call=*/false);
   ChainProfile profile = profileStages(std::move(stages), arguments, profile_options);
+  if (profile_options.whole_schedule_room >= 0 &&
+      profile.unconstrained_peak > profile_options.whole_schedule_room) {
+    report("the chain without checkpointing (" + solver::formatBytes(profile.unconstrained_peak) +
+           ") does not fit the device's available memory: not run, stage times unscaled");
+  }
   if (profile.measured_unconstrained_ms > 0) {
     // The calibration (ProfileOptions::calibration_runs): how far the stages' own times were from
     // a timed run of the whole chain; a factor far from 1 says the stage timings missed something.
@@ -140,7 +148,7 @@ torch::jit::Module checkpoint(const torch::jit::Module& module,
   solve_options.epilogue_gradient_bytes = epilogueGradientBytes(cloned.module, cloned.partition);
   const int64_t outside_bytes = outsideGradientBytes(cloned.module, cloned.partition);
   availableForActivations(limit, arguments, outside_bytes, solve_options);
-  Solution solution = solveCosts(measuredCosts(stages, arguments, options, report), limit,
+  Solution solution = solveCosts(measuredCosts(stages, arguments, limit, options, report), limit,
                                  solve_options, inputKey(*stages, arguments));
   solution.outside_gradient_bytes = outside_bytes;
   solution.profile_repeats = profileRepeats(options, kProfileRepeats);

@@ -355,7 +355,10 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   // it put the predicted times above the measured ones).
   const int timed_runs = std::min(options.calibration_runs, options.repeats);
   const int untimed_runs = timed_runs > 0 ? options.warmup : 0;
-  const int runs = std::max(untimed_runs + timed_runs, options.measure_unconstrained_peak ? 1 : 0);
+  const bool fits =
+      options.whole_schedule_room < 0 || profile.unconstrained_peak <= options.whole_schedule_room;
+  const int runs =
+      fits ? std::max(untimed_runs + timed_runs, options.measure_unconstrained_peak ? 1 : 0) : 0;
   for (int r = 0; r < runs; ++r) {
     Tensors inputs;
     for (const auto& t : arguments.inputs) inputs.push_back(t.detach());
@@ -366,7 +369,7 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
     if (r >= untimed_runs && r < untimed_runs + timed_runs)
       profile.unconstrained_run_ms.push_back(run.ms);
   }
-  if (timed_runs > 0) {
+  if (fits && timed_runs > 0) {
     profile.measured_unconstrained_ms = probes::median(profile.unconstrained_run_ms);
     profile.time_scale = calibrateTimes(c, profile.measured_unconstrained_ms);
   }

@@ -73,6 +73,11 @@ struct ProfileOptions {
   // bookkeeping are not theirs). One factor for all keeps the optimal schedule as it was (every
   // schedule's time scales alike) and makes the predicted times the measured ones.
   int calibration_runs = 3;
+  // The runs of the whole schedule hold its whole peak: they happen only when the predicted
+  // unconstrained peak is at most this many bytes (wholeScheduleRoom in solve.h), so that
+  // profiling a chain too big for its device or its limit neither runs out of memory nor passes
+  // the limit; the times then stay unscaled. -1: no bound.
+  int64_t whole_schedule_room = -1;
 };
 
 struct StageProfile {  // the measurements behind one stage's costs, for reports and tests

@@ -26,6 +26,8 @@ class ProfilingReplanner final : public Replanner {
     ProfileOptions options;
     if (!shown) options.progress = [](int, int) {};
     options.measure_unconstrained_peak = false;
+    options.whole_schedule_room =
+        wholeScheduleRoom(old.requested_limit, arguments, /*in_training_call=*/true);
     options.repeats = old.profile_repeats;
     const auto start = std::chrono::steady_clock::now();
     solver::Costs costs = profileStages(planned.sharedStages(), arguments, options).costs;

@@ -1,6 +1,7 @@
 // Solve step (see solve.h).
 #include "passes/solve.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -102,6 +103,19 @@ void availableForActivations(const solver::MemoryLimit& limit, const ChainArgume
   }
   // (zero_grad(set_to_none=True) frees all of a model's gradients or none)
   if (options.pending_gradient_bytes > 0) options.pending_gradient_bytes += outside_gradient_bytes;
+}
+
+int64_t wholeScheduleRoom(const solver::MemoryLimit& limit, const ChainArguments& arguments,
+                          bool in_training_call) {
+  using Kind = solver::MemoryLimit::Kind;
+  const std::optional<c10::Device> device = chainDevice(arguments);
+  if (!device) return -1;
+  int64_t room = static_cast<int64_t>((1 - kAutoMargin) *
+                                      static_cast<double>(probes::availableMemory(*device)));
+  if (!in_training_call) return room;
+  if (limit.kind == Kind::Bytes) room = std::min(room, static_cast<int64_t>(limit.value));
+  if (limit.kind == Kind::Min || (limit.kind == Kind::Fraction && limit.value < 1)) room = 0;
+  return room;
 }
 
 Solution solveCosts(solver::Costs costs, const solver::MemoryLimit& limit,

@@ -43,6 +43,13 @@ constexpr double kAutoMargin = 0.10;
 void availableForActivations(const solver::MemoryLimit& limit, const ChainArguments& arguments,
                              int64_t outside_gradient_bytes, SolveOptions& options);
 
+// ProfileOptions::whole_schedule_room for a chain on `arguments`' device: the bytes it has
+// available less kAutoMargin, and within a training call (a deferred plan's first profile, or a
+// re-plan) no more than `limit` where the limit is known before the profile (bytes; a fraction
+// below 1 or "min" allow no run). -1 where no tensor tells the device.
+int64_t wholeScheduleRoom(const solver::MemoryLimit& limit, const ChainArguments& arguments,
+                          bool in_training_call);
+
 Solution solveCosts(solver::Costs costs, const solver::MemoryLimit& limit,
                     const SolveOptions& options, InputKey input_key = {});
 

@@ -150,6 +150,26 @@ TEST(ProfileChain, StageTimesAreCalibratedOnTheWholeSchedule) {
   EXPECT_DOUBLE_EQ(raw.costs.uf[1], raw.stages[0].forward_ms);
 }
 
+// A chain whose unconstrained peak passes whole_schedule_room is not run whole: its peak stays
+// unmeasured and its times unscaled; with room for it, it is run.
+TEST(ProfileChain, RunsTheWholeScheduleOnlyWhereItFits) {
+  torch::jit::Module m = knownChain();
+  const auto x = torch::randn({kBatch, 32});
+  ProfileOptions options = quiet(3);
+  options.whole_schedule_room = 1;
+  const ChainProfile tight = profileChain(m, partitionModule(m), {x}, options);
+  EXPECT_GT(tight.unconstrained_peak, 1);
+  EXPECT_EQ(tight.measured_unconstrained_peak, -1);
+  EXPECT_EQ(tight.measured_unconstrained_ms, -1);
+  EXPECT_TRUE(tight.unconstrained_run_ms.empty());
+  EXPECT_EQ(tight.time_scale, 1.0);
+  EXPECT_DOUBLE_EQ(tight.costs.uf[1], tight.stages[0].forward_ms);
+  options.whole_schedule_room = tight.unconstrained_peak;
+  const ChainProfile roomy = profileChain(m, partitionModule(m), {x}, options);
+  EXPECT_EQ(roomy.measured_unconstrained_peak, roomy.unconstrained_peak);
+  EXPECT_EQ(roomy.unconstrained_run_ms.size(), 3u);
+}
+
 // One stage with two weights that dwarf its activations: x[4,256] -mm w1-> -mm w2-> -relu->.
 torch::jit::Module twoWeightStage() {
   torch::manual_seed(0);

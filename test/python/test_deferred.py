@@ -147,13 +147,19 @@ def gradient_bytes(model) -> int:
 def test_auto_fits_an_injected_capacity(name):
     """"auto" with a capacity between what "min" needs and what no checkpointing needs: the plan
     made at the first training call fits it, and the measured step (gradients included) stays
-    under it."""
+    under it; so does the first training call itself, which profiles and plans (it may not run
+    the chain without checkpointing), and planning with example inputs."""
     family = families.FAMILIES[name]("test")
     smallest = jitckpt.plan(jitckpt.checkpoint(family.make(0), family.inputs, memory_limit="min",
                                                profile_repeats=1))
     budget = (smallest["memory_limit"] + smallest["unconstrained_peak"]) // 2
     capacity = int((budget + gradient_bytes(family.make(0))) / 0.9)
     jitckpt._C.set_available_memory_for_testing(capacity)
+    first_call = step_peak(jitckpt.checkpoint(family.make(0), memory_limit="auto", profile_repeats=1), family)
+    assert first_call <= capacity, f"{name}: the planning call held {first_call} bytes, capacity {capacity}"
+    with jitckpt.cpu_memory() as planning:
+        jitckpt.checkpoint(family.make(0), family.inputs, memory_limit="auto", profile_repeats=1)
+    assert planning.peak <= capacity, f"{name}: planning held {planning.peak} bytes, capacity {capacity}"
     model = jitckpt.checkpoint(family.make(0), memory_limit="auto")
     assert_same_training(name, train(family.make(0), family, steps=2), train(model, family, steps=2))
     info = jitckpt.plan(model)
