@@ -29,7 +29,7 @@ Families (all script on PyTorch 1.13 and 2.x, with dropout where the family has 
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -69,6 +69,7 @@ class Family:
     blocks: int
     loss: Callable[[Any], Tensor] = loss_of
     description: str = ""
+    eager: Optional[Callable[[int], nn.Module]] = None  # the unscripted model, for eager-mode peers
 
     def __repr__(self) -> str:
         return f"Family({self.name}: {self.description}; {self.blocks} blocks)"
@@ -84,13 +85,15 @@ def _pick(size: str, test, bench, large=None):
 
 def _family(name: str, build: Callable[[], nn.Module], inputs: Tuple[Tensor, ...], blocks: int, device: str,
             description: str = "") -> Family:
-    def make(seed: int = 0) -> torch.jit.ScriptModule:
+    def eager(seed: int = 0) -> nn.Module:
         torch.manual_seed(seed)
-        model = build().to(device).train()
+        return build().to(device).train()
+
+    def make(seed: int = 0) -> torch.jit.ScriptModule:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # 2.10+: torch.jit.script is deprecated (it still works)
-            return torch.jit.script(model)
-    return Family(name, make, tuple(t.to(device) for t in inputs), blocks, loss_of, description)
+            return torch.jit.script(eager(seed))
+    return Family(name, make, tuple(t.to(device) for t in inputs), blocks, loss_of, description, eager)
 
 
 def _generator(seed: int = 1234) -> torch.Generator:

@@ -48,11 +48,17 @@ def _sequential(name: str, model: torch.nn.Module) -> torch.nn.Sequential:
     return torch.nn.Sequential(*blocks)
 
 
+def eager(name: str, device: str, seed: int = 0) -> torch.nn.Module:
+    """The model as torchvision builds it, in train() mode on `device`: the same parameters as
+    build's for the same seed."""
+    torch.manual_seed(seed)
+    return _eager(name).to(device).train()
+
+
 def build(name: str, device: str, seed: int = 0) -> Tuple[torch.jit.ScriptModule, torch.nn.Sequential]:
     """(scripted module, eager sequential twin), both in train() mode on `device`, sharing
     parameters and buffers."""
-    torch.manual_seed(seed)
-    model = _eager(name).to(device).train()
+    model = eager(name, device, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # 2.10+: torch.jit.script is deprecated (it still works)
         scripted = torch.jit.script(model)
