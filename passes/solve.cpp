@@ -41,12 +41,22 @@ solver::Selection smallestSelection(const solver::Costs& costs, const SolveOptio
   return found;
 }
 
-// "auto": the available bytes less the margin and the gradients to come.
-int64_t autoBudget(const SolveOptions& options) {
+// "auto" leaves room for the loss beside the chain: this many times the bytes of the chain's
+// floating outputs. Cross-entropy holds float32 copies of the logits (log-softmax's output, its
+// gradient, the upcast of bfloat16 logits) while the chain holds its checkpoints; with a large
+// vocabulary that is more than the margin.
+constexpr int64_t kAutoLossAllowance = 3;
+
+int64_t lossAllowance(const solver::Costs& costs) {
+  return kAutoLossAllowance * costs.wd[static_cast<size_t>(costs.length() - 1)];
+}
+
+// "auto": the available bytes less the margin, the gradients to come and the loss's allowance.
+int64_t autoBudget(const SolveOptions& options, const solver::Costs& costs) {
   TORCH_INTERNAL_ASSERT(options.available_bytes >= 0, "\"auto\" needs the available memory");
   return static_cast<int64_t>(
              std::floor(static_cast<double>(options.available_bytes) * (1 - kAutoMargin))) -
-         options.pending_gradient_bytes;
+         options.pending_gradient_bytes - lossAllowance(costs);
 }
 
 // The limit in bytes and the schedule selected for it.
@@ -72,18 +82,20 @@ std::pair<int64_t, solver::Selection> selectForLimit(const solver::MemoryLimit& 
     const int64_t bytes = limit.resolve(unconstrained_peak);
     return {bytes, select(costs, bytes, options)};
   }
-  const int64_t budget = autoBudget(options);
+  const int64_t budget = autoBudget(options, costs);
   solver::Selection selection = select(costs, budget, options);
   if (selection.feasible) return {budget, std::move(selection)};
   solver::Selection smallest = smallestSelection(costs, options);
-  TORCH_CHECK(smallest.peak <= budget, "jitckpt: memory_limit \"auto\": the device has ",
-              solver::formatBytes(options.available_bytes), " available, which leaves ",
-              solver::formatBytes(std::max<int64_t>(budget, 0)),
-              " for activations and gradients (after a ", static_cast<int>(kAutoMargin * 100),
-              "% margin and ", solver::formatBytes(options.pending_gradient_bytes),
-              " of parameter gradients), but the smallest limit that works for inputs [",
-              input_key.str(), "] is ", solver::formatBytes(smallest.peak),
-              ". Free memory, or use a smaller batch or input");
+  TORCH_CHECK(
+      smallest.peak <= budget, "jitckpt: memory_limit \"auto\": the device has ",
+      solver::formatBytes(options.available_bytes), " available, which leaves ",
+      solver::formatBytes(std::max<int64_t>(budget, 0)), " for activations and gradients (after a ",
+      static_cast<int>(kAutoMargin * 100), "% margin, ",
+      solver::formatBytes(options.pending_gradient_bytes), " of parameter gradients and ",
+      solver::formatBytes(lossAllowance(costs)),
+      " for the loss on the chain's output), but the smallest limit that works for inputs [",
+      input_key.str(), "] is ", solver::formatBytes(smallest.peak),
+      ". Free memory, or use a smaller batch or input");
   return {budget, std::move(smallest)};
 }
 

@@ -6,7 +6,8 @@
 // "min" resolves to the smallest limit at which the strategy finds a schedule (the fastest there);
 // "auto" to what the device has available when the plan is made, less a safety margin of
 // kAutoMargin (allocator rounding and fragmentation, and tensors made after planning such as the
-// optimizer's state) and less the parameter gradients that the first backward will allocate.
+// optimizer's state), less the parameter gradients that the first backward will allocate, and
+// less room for the loss on the chain's output (kAutoLossAllowance in solve.cpp).
 #pragma once
 
 #include <cstdint>

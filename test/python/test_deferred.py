@@ -170,6 +170,38 @@ def test_auto_fits_an_injected_capacity(name):
     assert peak <= capacity, f"{name}: measured {peak} bytes, capacity {capacity}"
 
 
+@pytest.mark.parametrize("autocast", [False, True])
+def test_auto_leaves_room_for_the_loss(autocast):
+    """"auto" on a decoder whose logits are large beside its activations (vocabulary 2048), trained
+    with cross-entropy, in float32 and under bfloat16 autocast, at a capacity that the unmodified
+    model's step exceeds by 30%: the measured step, loss included, stays within it."""
+    vocab, batch, length = 2048, 4, 128
+    tokens = torch.randint(0, vocab, (batch, length + 1), generator=torch.Generator().manual_seed(0))
+
+    def make():
+        torch.manual_seed(0)
+        return families.Llama(vocab, 64, 4, 2, 6).train()
+
+    def step(model):
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            logits = model(tokens[:, :-1])
+        torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten()).backward()
+
+    unmodified = make()
+    step(unmodified)
+    with jitckpt.cpu_memory() as eager:
+        step(unmodified)
+    capacity = int(eager.peak / 1.3)
+    jitckpt._C.set_available_memory_for_testing(capacity)
+    model = jitckpt.checkpoint(make(), memory_limit="auto", profile_repeats=1)
+    with jitckpt.cpu_memory() as first:
+        step(model)
+    with jitckpt.cpu_memory() as later:
+        step(model)
+    assert max(first.peak, later.peak) <= capacity, (first.peak, later.peak, capacity)
+
+
 def test_auto_below_the_minimum_names_both():
     family = families.FAMILIES["two_input"]("test")
     jitckpt._C.set_available_memory_for_testing(20 * 1024)
