@@ -28,7 +28,8 @@ peak (its limit: the peer's peak less what jitckpt's unconstrained step holds be
 the two timed against each other the same way: the speedup of optimal.
 
 Summary per model: each method's deepest point (smallest measured peak) within 1.25x and 1.5x of
-eager's time, and the paired speedups. Writes <out>/<model>-<device>[-<autocast>].json and .csv.
+eager's time, and the paired speedups. Writes <out>/<model>-<device>[-<autocast>].json and .csv,
+and <out>/summary.md over every result in <out> (--summarize: only that).
 """
 import argparse
 import csv
@@ -211,7 +212,7 @@ class Comparison:
                         "measured_peak": p.peak if ok else "", "peak_ratio": p.peak / self.eager_peak if ok else "",
                         "time_ratio": statistics.median(p.ratios) if ok else "",
                         "time_ratio_min": min(p.ratios) if ok else "", "time_ratio_max": max(p.ratios) if ok else "",
-                        "first_step_s": p.first_step_s if ok else "", "predicted_peak": p.predicted_peak or "",
+                        "first_step_s": p.first_step_s if ok and p.method != "eager" else "", "predicted_peak": p.predicted_peak or "",
                         "note": p.note})
         return out
 
@@ -259,6 +260,28 @@ def write(args: argparse.Namespace, comparison: Comparison) -> None:
                    "paired": comparison.paired}, f, indent=1)
 
 
+def summary_table(out: str) -> str:
+    """A markdown table over every <model>.json in `out`: per model and method, the deepest point
+    within each time budget, the first-step time, and optimal's paired speedups."""
+    lines = ["| model | method | deepest peak within 1.25x / 1.5x eager's time (x eager) | first step (s) "
+             "| optimal at the method's peaks: median speedup per point [range] |", "|---|---|---|---|---|"]
+    for name in sorted(f for f in os.listdir(out) if f.endswith(".json")):
+        with open(os.path.join(out, name)) as f:
+            result = json.load(f)
+        rows, model = result["rows"], name[:-len(".json")]
+        for method in dict.fromkeys(r["method"] for r in rows):
+            depth = " / ".join("-" if result["summary"][f"{b}x"].get(method) is None
+                               else f"{result['summary'][f'{b}x'][method]:.3f}" for b in TIME_BUDGETS)
+            firsts = [r["first_step_s"] for r in rows
+                      if r["method"] == method != "eager" and r["first_step_s"] != ""]
+            first = f"{min(firsts):.1f}-{max(firsts):.1f}" if firsts else ""
+            pairs = ", ".join(f"{p['parameter']} x{p['speedup_median']:.3f} [{p['speedup_min']:.2f}, "
+                              f"{p['speedup_max']:.2f}]" if p["status"] == "ok" else f"{p['parameter']} {p['status']}"
+                              for p in result["paired"] if p["peer"] == method)
+            lines.append(f"| {model} | {method} | {depth} | {first} | {pairs} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="gpt,encoder", help="comma-separated; see above")
@@ -272,17 +295,27 @@ def main() -> None:
     parser.add_argument("--profile-repeats", type=int, default=3)
     parser.add_argument("--no-pair", dest="pair", action="store_false", help="no paired optimal points")
     parser.add_argument("--threads", type=int, default=0, help="intra-op CPU threads (0: one per core)")
+    parser.add_argument("--no-onednn", action="store_true",
+                        help="every method without oneDNN (Debian trixie's crashes in some convolution backwards)")
     parser.add_argument("--out", default="bench/results/cpu/peers")
+    parser.add_argument("--summarize", action="store_true", help="only write <out>/summary.md from its results")
     args = parser.parse_args()
+    if args.summarize:
+        with open(os.path.join(args.out, "summary.md"), "w") as f:
+            f.write(summary_table(args.out))
+        return
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda: this PyTorch sees no CUDA device")
     warnings.filterwarnings("ignore", category=UserWarning)
     use_threads(args.threads)
+    torch.backends.mkldnn.enabled = not args.no_onednn
     print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads, {args.device}, autocast {args.autocast}")
     for spec in [s for s in args.models.split(",") if s]:
         comparison = Comparison(args, subject(spec, args.size, args.device))
         comparison.run()
         write(args, comparison)
+    with open(os.path.join(args.out, "summary.md"), "w") as f:
+        f.write(summary_table(args.out))
 
 
 if __name__ == "__main__":
