@@ -100,17 +100,27 @@ void bindOptionalTensors(const torch::jit::Module& module, Partition& partition)
   }
 }
 
+namespace {
+
+// What both entry points do to a forward graph before partitioning it: calls inlined, tensor-list
+// attributes bound, and, with example inputs, each value's bytes measured.
+ValueBytes inlineAndMeasure(const torch::jit::Module& module,
+                            const std::shared_ptr<torch::jit::Graph>& graph,
+                            const std::vector<c10::IValue>& example_inputs) {
+  inlineAllCalls(graph);
+  bindTensorListAttributes(module, *graph);
+  if (example_inputs.empty()) return ValueBytes{};
+  return measureValueBytes(module, *graph, examplesToRunOn(graph, example_inputs));
+}
+
+}  // namespace
+
 Partition partitionModule(const torch::jit::Module& module, const PartitionOptions& options,
                           const std::vector<c10::IValue>& example_inputs) {
   auto method = module.find_method("forward");
   TORCH_CHECK(method, "partition: the module has no forward method");
   auto graph = method->graph()->copy();
-  inlineAllCalls(graph);
-  bindTensorListAttributes(module, *graph);
-  const ValueBytes bytes =
-      example_inputs.empty()
-          ? ValueBytes{}
-          : measureValueBytes(module, *graph, examplesToRunOn(graph, example_inputs));
+  const ValueBytes bytes = inlineAndMeasure(module, graph, example_inputs);
   return partitionGraph(graph, options, bytes);
 }
 
@@ -125,12 +135,7 @@ PartitionedClone partitionClone(const torch::jit::Module& module, const Partitio
   // Like torch.jit.freeze: edit the clone's own forward graph in place (inlined, then taken over
   // by the partition), so that rewriteChain's edits are the clone's forward.
   auto graph = clone.get_method("forward").graph();
-  inlineAllCalls(graph);
-  bindTensorListAttributes(clone, *graph);
-  const ValueBytes bytes =
-      example_inputs.empty()
-          ? ValueBytes{}
-          : measureValueBytes(clone, *graph, examplesToRunOn(graph, example_inputs));
+  const ValueBytes bytes = inlineAndMeasure(clone, graph, example_inputs);
   auto original_forward = graph->copy();
   Partition partition = partitionGraph(graph, options, bytes);
   partition.original_forward = std::move(original_forward);
