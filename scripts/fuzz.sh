@@ -2,7 +2,8 @@
 # Long runs of the differential fuzzer: N random models from SEED (default 0), in shards of 100
 # run side by side on every core, against the build in build/ (./scripts/test.sh makes it). Each
 # failure is shrunk and saved in test/fuzz/regressions/, which the test suite replays; a summary
-# per shard goes to build/fuzz/. Exits 1 if any model failed.
+# per shard goes to build/fuzz/. Exits 1 if any model failed. JITCKPT_FUZZ_JOBS sets how many
+# shards run at once (default: every core).
 #   scripts/fuzz.sh 10000          # models 0..9999
 #   scripts/fuzz.sh 2000 50000     # models 50000..51999
 set -euo pipefail
@@ -25,7 +26,7 @@ run_shard() {
 export -f run_shard
 export python
 status=0
-printf '%s\n' "${shards[@]}" | xargs -P "$(nproc)" -I{} bash -c 'run_shard {}' || status=1
+printf '%s\n' "${shards[@]}" | xargs -P "${JITCKPT_FUZZ_JOBS:-$(nproc)}" -I{} bash -c 'run_shard {}' || status=1
 logs=()
 for shard in "${shards[@]}"; do logs+=("build/fuzz/models-${shard/:/-}.log"); done
 grep -h "^FAIL\|  shrunk\|  saved" "${logs[@]}" || true
