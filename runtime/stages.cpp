@@ -31,10 +31,13 @@ const std::unordered_set<std::string>& recurrentKinds() {
 }
 
 // Ops whose CPU or CUDA kernel depends on grad mode and on which inputs require grad (PyTorch
-// 2.x picks oneDNN's inference or training RNN kernels, or the native one, by them).
+// 2.x picks oneDNN's inference or training RNN kernels, or the native one, by them; on the CPU
+// max_pool1d runs its own kernel only where no gradient is needed, whose output strides differ
+// from max_pool1d_with_indices' on a transposed input, and so do the bits of what reads it).
 bool choosesKernelByAutograd(const torch::jit::Node* n) {
   const std::string kind = n->kind().toQualString();
-  return recurrentKinds().count(kind) > 0 || kind == "aten::scaled_dot_product_attention";
+  return recurrentKinds().count(kind) > 0 || kind == "aten::scaled_dot_product_attention" ||
+         kind == "aten::max_pool1d";
 }
 
 // Ops that autocast runs in its lower-precision dtype, casting their float32 arguments first: a
