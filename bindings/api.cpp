@@ -132,6 +132,14 @@ py::dict solutionInfo(const jitckpt::Plan& plan) {
   info["predicted_time_ms"] = s.predicted_time;
   info["unconstrained_peak"] = s.unconstrained_peak;
   info["schedule"] = jitckpt::solver::toString(s.schedule);
+  // The stages a training call runs as one (without autocast): [first, last] of each.
+  const auto grouped = plan.chainToRun(jitckpt::RunAs::Grouped);
+  py::list groups;
+  for (size_t g = 0; g < grouped->first.size(); ++g) {
+    const int last = g + 1 < grouped->first.size() ? grouped->first[g + 1] - 1 : plan.numStages();
+    groups.append(py::make_tuple(grouped->first[g], last));
+  }
+  info["stage_groups"] = groups;
   py::list curve;
   for (const auto& p : s.curve) curve.append(py::make_tuple(p.limit, p.time));
   info["curve"] = curve;

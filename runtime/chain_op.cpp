@@ -9,7 +9,9 @@
 #include <torch/csrc/autograd/graph_task.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "runtime/compat.h"
@@ -126,6 +128,19 @@ variable_list takeOutputGradients(OutputGradients& slot, variable_list grad_outp
   return grads;
 }
 
+// JITCKPT_GROUP_STAGES=0 runs every stage apart, for comparisons (read at each call).
+bool groupsStages() {
+  const char* value = std::getenv("JITCKPT_GROUP_STAGES");
+  return !value || std::string(value) != "0";
+}
+
+// Under autocast each stage keeps its casts of the weights only while it runs, as the plan
+// counts them; a group would keep those of all its stages while it runs.
+RunAs trainingRun() {
+  const AutocastState autocast = AutocastState::current();
+  return groupsStages() && !autocast.cpu && !autocast.cuda ? RunAs::Grouped : RunAs::EveryStage;
+}
+
 struct ChainFunction : public torch::autograd::Function<ChainFunction> {
   static variable_list forward(AutogradContext* ctx, at::TensorList inputs,
                                at::TensorList lifted_tensors, c10::List<c10::IValue> lifted_scalars,
@@ -136,7 +151,8 @@ struct ChainFunction : public torch::autograd::Function<ChainFunction> {
     ChainArguments arguments = argumentsOf(inputs, lifted_tensors, lifted_scalars);
     // Other input shapes than the planned ones get their own plan (made once).
     auto active = planForArguments(plan, arguments);
-    auto executor = c10::make_intrusive<ScheduleExecutor>(active, std::move(arguments));
+    auto executor =
+        c10::make_intrusive<ScheduleExecutor>(active, std::move(arguments), trainingRun());
     variable_list outputs = executor->runForward();
     ctx->saved_data["executor"] = c10::IValue::make_capsule(executor);
     variable_list detached;
@@ -296,7 +312,8 @@ std::vector<at::Tensor> chainAutograd(at::TensorList inputs, at::TensorList lift
 std::vector<at::Tensor> chainInference(at::TensorList inputs, at::TensorList lifted_tensors,
                                        const c10::List<c10::IValue>& lifted_scalars,
                                        const c10::intrusive_ptr<Plan>& plan) {
-  ScheduleExecutor executor(plan, argumentsOf(inputs, lifted_tensors, lifted_scalars));
+  ScheduleExecutor executor(plan, argumentsOf(inputs, lifted_tensors, lifted_scalars),
+                            groupsStages() ? RunAs::Inference : RunAs::EveryStage);
   return executor.runInference();
 }
 

@@ -22,17 +22,18 @@ Tensors detachAll(const Tensors& tensors) {
 
 }  // namespace
 
-ScheduleExecutor::ScheduleExecutor(c10::intrusive_ptr<Plan> plan, ChainArguments arguments)
+ScheduleExecutor::ScheduleExecutor(c10::intrusive_ptr<Plan> plan, ChainArguments arguments,
+                                   RunAs how)
     : plan_(std::move(plan)),
-      runner_(plan_->sharedStages(), std::move(arguments),
-              StageRunner::BufferWrites::FirstRunUpdates),
-      L_(plan_->numStages()),
+      chain_(plan_->chainToRun(how)),
+      runner_(chain_->stages, std::move(arguments), StageRunner::BufferWrites::FirstRunUpdates),
+      L_(chain_->stages->size()),
       a_(L_ + 2),
       abar_(L_ + 2),
       delta_(L_ + 2) {
   a_[0] = detachAll(runner_.arguments().inputs);
   lifted_grads_.resize(runner_.arguments().lifted_tensors.size());
-  const auto& schedule = plan_->solution().schedule;
+  const auto& schedule = chain_->schedule;
   last_read_.assign(L_, schedule.size());
   for (size_t i = 0; i < schedule.size(); ++i) {
     const int l = schedule[i].stage;
@@ -41,7 +42,7 @@ ScheduleExecutor::ScheduleExecutor(c10::intrusive_ptr<Plan> plan, ChainArguments
 }
 
 void ScheduleExecutor::releaseAfterLastRead(size_t index) {
-  const auto& op = plan_->solution().schedule[index];
+  const auto& op = schedule()[index];
   const int l = op.stage;
   if (op.kind == solver::OpKind::Backward || l < 2 || l > L_ || last_read_[l - 1] != index) return;
   if (abar_[l - 1]) abar_[l - 1]->releaseOutputs();
@@ -89,15 +90,23 @@ void ScheduleExecutor::execute(const solver::Op& op) {
       break;
     }
     case OpKind::Backward: {
-      RECORD_USER_SCOPE("jitckpt::B");
+      RECORD_USER_SCOPE(backwardScope(l, l));
       backwardRun(l, l);
       break;
     }
   }
 }
 
+std::string ScheduleExecutor::backwardScope(int l, int m) const {
+  // Named in torch.profiler's traces by the planned stages it runs, first and last.
+  const auto& first = chain_->first;
+  const int top = l < L_ ? first[l] - 1 : plan_->numStages(), bottom = first[m - 1];
+  if (top == bottom) return "jitckpt::B";
+  return "jitckpt::B" + std::to_string(top) + ".." + std::to_string(bottom);
+}
+
 size_t ScheduleExecutor::backwardRunEnd(size_t first) const {
-  const auto& schedule = plan_->solution().schedule;
+  const auto& schedule = chain_->schedule;
   const int l = schedule[first].stage;
   if (schedule[first].kind != solver::OpKind::Backward || l > L_ || !abar_[l]) return first + 1;
   std::unordered_set<size_t> positions = runner_.liftedPositions(*abar_[l]);
@@ -129,7 +138,7 @@ void ScheduleExecutor::backwardRun(int l, int m) {
 }
 
 Tensors ScheduleExecutor::runForward() {
-  const auto& schedule = plan_->solution().schedule;
+  const auto& schedule = chain_->schedule;
   for (; next_op_ < schedule.size(); ++next_op_) {
     if (schedule[next_op_].kind == solver::OpKind::Backward) break;
     execute(schedule[next_op_]);
@@ -205,13 +214,11 @@ Tensors ScheduleExecutor::runBackwardWholeGraph(const Tensors& output_grads) {
 Tensors ScheduleExecutor::runBackward(Tensors output_grads) {
   checkOutputGrads(output_grads);
   delta_[L_] = std::move(output_grads);
-  const auto& schedule = plan_->solution().schedule;
+  const auto& schedule = chain_->schedule;
   while (next_op_ < schedule.size()) {
     const size_t end = backwardRunEnd(next_op_);
     if (end > next_op_ + 1) {
-      // Named in torch.profiler's traces as the stages it runs, first and last.
-      RECORD_USER_SCOPE(("jitckpt::B" + std::to_string(schedule[next_op_].stage) + ".." +
-                         std::to_string(schedule[end - 1].stage)));
+      RECORD_USER_SCOPE(backwardScope(schedule[next_op_].stage, schedule[end - 1].stage));
       backwardRun(schedule[next_op_].stage, schedule[end - 1].stage);
       next_op_ = end;  // (B ops release no forward input: releaseAfterLastRead has nothing to do)
       continue;

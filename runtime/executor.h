@@ -7,6 +7,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "runtime/plan.h"
@@ -16,10 +17,11 @@ namespace jitckpt {
 
 class ScheduleExecutor : public torch::CustomClassHolder {
  public:
-  ScheduleExecutor(c10::intrusive_ptr<Plan> plan, ChainArguments arguments);
+  // `how`: the plan's stages as the call runs them (Plan::chainToRun).
+  ScheduleExecutor(c10::intrusive_ptr<Plan> plan, ChainArguments arguments, RunAs how);
 
   const ChainArguments& arguments() const { return runner_.arguments(); }
-  const Plan& plan() const { return *plan_; }
+  const Plan& plan() const { return *plan_; }  // its stages as planned, not as grouped
 
   // Runs the stages straight through without saving anything (inference, or nothing needs grad).
   Tensors runInference();
@@ -39,14 +41,20 @@ class ScheduleExecutor : public torch::CustomClassHolder {
   // The end of the run of B ops from schedule index `first` that one engine call can run:
   // B(l), B(l-1), ... while StageRunner::joinsBackwardRun; `first` + 1 where none joins.
   size_t backwardRunEnd(size_t first) const;
-  void backwardRun(int l, int m);          // B(l) .. B(m)
+  void backwardRun(int l, int m);  // B(l) .. B(m)
+  // The profiler's name of B(l) .. B(m): "jitckpt::B" for one planned stage, else
+  // "jitckpt::B7..5" for planned stages 7 down to 5.
+  std::string backwardScope(int l, int m) const;
   const Tensors& stageInput(int l) const;  // a^{l-1}, alone or inside abar^{l-1}
   // After the schedule's op at `index`: drops the a^{l-1} inside abar^{l-1} when that op was the
   // last forward of stage l to read it (its graph keeps what it saved).
   void releaseAfterLastRead(size_t index);
   void checkOutputGrads(const Tensors& grads) const;  // one per output, undefined where none
 
+  const solver::Schedule& schedule() const { return chain_->schedule; }
+
   c10::intrusive_ptr<Plan> plan_;
+  std::shared_ptr<const GroupedChain> chain_;  // the stages and schedule this call runs
   StageRunner runner_;
   int L_;
   std::vector<std::optional<Tensors>> a_;  // a^l held alone

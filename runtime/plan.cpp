@@ -10,10 +10,16 @@
 
 namespace jitckpt {
 
+struct RunnableChains {
+  std::mutex mutex;
+  std::shared_ptr<const GroupedChain> chains[3];
+};
+
 Plan::Plan(std::shared_ptr<const ChainStages> stages, Solution solution)
     : stages_(std::move(stages)),
       solution_(std::move(solution)),
-      variants_(std::make_shared<PlanVariants>()) {
+      variants_(std::make_shared<PlanVariants>()),
+      runnable_(std::make_shared<RunnableChains>()) {
   TORCH_CHECK(stages_ && stages_->size() > 0, "jitckpt plan has no stages");
   if (solution_.deferred) return;
   const solver::Costs& costs = solution_.costs;
@@ -31,6 +37,35 @@ Plan::Plan(std::shared_ptr<const ChainStages> stages, Solution solution)
                 ") (the hand-off to autograd)");
     break;
   }
+}
+
+std::shared_ptr<const GroupedChain> Plan::chainToRun(RunAs how) const {
+  std::lock_guard<std::mutex> lock(runnable_->mutex);
+  auto& chain = runnable_->chains[static_cast<int>(how)];
+  if (chain) return chain;
+  switch (how) {
+    case RunAs::EveryStage: {
+      std::vector<int> first(static_cast<size_t>(numStages()));
+      for (int l = 1; l <= numStages(); ++l) first[l - 1] = l;
+      chain =
+          std::make_shared<const GroupedChain>(GroupedChain{stages_, solution_.schedule, first});
+      break;
+    }
+    case RunAs::Grouped:
+      TORCH_INTERNAL_ASSERT(!solution_.deferred, "jitckpt: a deferred plan has no schedule to run");
+      chain = std::make_shared<const GroupedChain>(groupStages(stages_, solution_.schedule));
+      break;
+    case RunAs::Inference: {
+      // Straight through: the schedule of no checkpointing groups every stage that may join.
+      solver::Schedule straight;
+      const int L = numStages();
+      for (int l = 1; l <= L + 1; ++l) straight.push_back({solver::OpKind::ForwardAll, l});
+      for (int l = L + 1; l >= 1; --l) straight.push_back({solver::OpKind::Backward, l});
+      chain = std::make_shared<const GroupedChain>(groupStages(stages_, straight));
+      break;
+    }
+  }
+  return chain;
 }
 
 namespace {

@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "runtime/grouped_stages.h"
 #include "runtime/input_key.h"
 #include "runtime/stages.h"
 #include "solver/costs.h"
@@ -52,6 +53,11 @@ struct Solution {
 };
 
 class PlanVariants;
+struct RunnableChains;
+
+// How a call runs the chain: every stage apart under the schedule, stages the schedule runs
+// together as one (grouped_stages.h), or straight through without a schedule (inference).
+enum class RunAs { EveryStage, Grouped, Inference };
 
 class Plan : public torch::CustomClassHolder {
  public:
@@ -77,6 +83,10 @@ class Plan : public torch::CustomClassHolder {
   PlanVariants& variants() const { return *variants_; }
   bool deferred() const { return solution_.deferred; }
 
+  // The stages and schedule a call runs (made once; a deferred plan has only EveryStage's
+  // stages and Inference, and no schedule).
+  std::shared_ptr<const GroupedChain> chainToRun(RunAs how) const;
+
   // Deferred plans: print a line on stderr per profiled stage when they plan for new inputs, on a
   // terminal or when asked (verbose); process-local, never saved.
   void setVerbose(bool verbose) { verbose_ = verbose; }
@@ -86,6 +96,7 @@ class Plan : public torch::CustomClassHolder {
   std::shared_ptr<const ChainStages> stages_;
   Solution solution_;
   std::shared_ptr<PlanVariants> variants_;
+  std::shared_ptr<RunnableChains> runnable_;
   bool verbose_ = false;
 };
 

@@ -153,7 +153,8 @@ def backward_runs(prof) -> List[Tuple[int, int]]:
     return runs
 
 
-def test_torch_profiler_names_every_stage_run_of_the_schedule(profiled):
+def test_torch_profiler_names_every_stage_run_of_the_schedule(profiled, monkeypatch):
+    monkeypatch.setenv("JITCKPT_GROUP_STAGES", "0")  # every stage apart (test_stage_groups: grouped)
     model = jitckpt.checkpoint(scripted(), (X,), memory_limit="min", reuse_profile_of=profiled)
     schedule = jitckpt.plan(model)["schedule"].split()
     stages = jitckpt.plan(model)["num_stages"]
@@ -177,15 +178,18 @@ def test_torch_profiler_names_every_stage_run_of_the_schedule(profiled):
     assert all(first > last for first, last in runs if first), runs
 
 
-def test_the_backward_of_consecutive_stages_is_one_engine_call(profiled):
+def test_the_backward_of_consecutive_stages_is_one_engine_call(profiled, monkeypatch):
     """With no limit the schedule is every Fall, then B(L) .. B(1): one call of the autograd
     engine for them all (a call costs the host a graph task of its own: about 75 µs on an H200's
-    host), still bit for bit (test_training_steps_are_bit_identical)."""
+    host), still bit for bit (test_training_steps_are_bit_identical), whether the stages run as
+    one group (runtime/grouped_stages.h) or apart."""
     stages = jitckpt.plan(profiled)["num_stages"]
-    step(profiled, X)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    for grouped in ("1", "0"):
+        monkeypatch.setenv("JITCKPT_GROUP_STAGES", grouped)
         step(profiled, X)
-    assert backward_runs(prof) == [(stages, 1)]
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            step(profiled, X)
+        assert backward_runs(prof) == [(stages, 1)], grouped
 
 
 class TensorIdioms(nn.Module):

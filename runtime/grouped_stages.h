@@ -1,0 +1,29 @@
+// Grouped stages: the chain as the executor runs it under one schedule, each group of
+// consecutive stages that the schedule always runs together (solver/stage_groups.h) as one stage
+// whose graph is theirs one after the other. Takes the stages and the schedule; returns the
+// grouped stages and the schedule over them. Fewer stages cost the host less (a stage run and its
+// bookkeeping each); the ops, their order and what the schedule holds between them stay the same.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "runtime/stages.h"
+#include "solver/schedule.h"
+
+namespace jitckpt {
+
+struct GroupedChain {
+  std::shared_ptr<const ChainStages> stages;
+  solver::Schedule schedule;  // over stages->size() stages and the terminal one
+  std::vector<int> first;     // the first planned stage of each stage of `stages` (1-based)
+};
+
+// A stage joins the one before it unless it writes its activation input in place (it runs on a
+// copy, which the joined graph would not make), or either holds kernels that depend on the
+// autograd state and the schedule runs it without recording (F∅ and Fck record such a stage
+// alone and drop its graph). Returns `stages` itself where nothing joins.
+GroupedChain groupStages(const std::shared_ptr<const ChainStages>& stages,
+                         const solver::Schedule& schedule);
+
+}  // namespace jitckpt
