@@ -1,6 +1,7 @@
 """Where jitckpt's overhead with no memory limit comes from on a GPU: per model, a training step of
 plain TorchScript, of plain TorchScript without its optimizing executor (the interpreter that
-jitckpt's stages run in), of jitckpt unconstrained and of the eager model, each paired with plain
+jitckpt's stages run in), of jitckpt unconstrained (its stages run as one group), of jitckpt with
+every stage run apart (JITCKPT_GROUP_STAGES=0) and of the eager model, each paired with plain
 in alternating rounds (median and range of the time ratio), and each step's host time (from the
 call until it returns, the GPU not waited for) beside its synchronized time: where the two are
 equal, the step is bound by the host, and every microsecond of per-stage bookkeeping shows.
@@ -56,6 +57,18 @@ def profile_tables(steps, device: str, path: str) -> None:
             f.write(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=30))
 
 
+def stages_apart(step):
+    """The same rewritten module with every stage run apart (JITCKPT_GROUP_STAGES=0, read at each
+    call): what grouping the stages saves."""
+    def run():
+        os.environ["JITCKPT_GROUP_STAGES"] = "0"
+        try:
+            step()
+        finally:
+            del os.environ["JITCKPT_GROUP_STAGES"]
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiments", nargs="+", help="model:image:batch")
@@ -75,6 +88,7 @@ def main() -> None:
         rewritten = jitckpt.checkpoint(scripted, (x,), memory_limit=None)
         planned = time.perf_counter() - start
         steps = {"plain": make_step(scripted, x, parameters), "jitckpt": make_step(rewritten, x, parameters)}
+        steps["jitckpt-apart"] = stages_apart(steps["jitckpt"])
         steps["plain-noopt"] = without_optimizing_executor(steps["plain"])
         if args.eager:
             steps["eager"] = make_step(eager, x, parameters)
