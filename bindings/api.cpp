@@ -136,8 +136,8 @@ py::dict solutionInfo(const jitckpt::Plan& plan) {
   const auto grouped = plan.chainToRun(jitckpt::RunAs::Grouped);
   py::list groups;
   for (size_t g = 0; g < grouped->first.size(); ++g) {
-    const int last = g + 1 < grouped->first.size() ? grouped->first[g + 1] - 1 : plan.numStages();
-    groups.append(py::make_tuple(grouped->first[g], last));
+    groups.append(py::make_tuple(
+        grouped->first[g], jitckpt::solver::lastStageOf(grouped->first, g, plan.numStages())));
   }
   info["stage_groups"] = groups;
   py::list curve;

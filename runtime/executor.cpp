@@ -42,7 +42,7 @@ ScheduleExecutor::ScheduleExecutor(c10::intrusive_ptr<Plan> plan, ChainArguments
 }
 
 void ScheduleExecutor::releaseAfterLastRead(size_t index) {
-  const auto& op = schedule()[index];
+  const auto& op = chain_->schedule[index];
   const int l = op.stage;
   if (op.kind == solver::OpKind::Backward || l < 2 || l > L_ || last_read_[l - 1] != index) return;
   if (abar_[l - 1]) abar_[l - 1]->releaseOutputs();
@@ -100,7 +100,8 @@ void ScheduleExecutor::execute(const solver::Op& op) {
 std::string ScheduleExecutor::backwardScope(int l, int m) const {
   // Named in torch.profiler's traces by the planned stages it runs, first and last.
   const auto& first = chain_->first;
-  const int top = l < L_ ? first[l] - 1 : plan_->numStages(), bottom = first[m - 1];
+  const int top = solver::lastStageOf(first, static_cast<size_t>(l - 1), plan_->numStages());
+  const int bottom = first[m - 1];
   if (top == bottom) return "jitckpt::B";
   return "jitckpt::B" + std::to_string(top) + ".." + std::to_string(bottom);
 }

@@ -51,8 +51,6 @@ class ScheduleExecutor : public torch::CustomClassHolder {
   void releaseAfterLastRead(size_t index);
   void checkOutputGrads(const Tensors& grads) const;  // one per output, undefined where none
 
-  const solver::Schedule& schedule() const { return chain_->schedule; }
-
   c10::intrusive_ptr<Plan> plan_;
   std::shared_ptr<const GroupedChain> chain_;  // the stages and schedule this call runs
   StageRunner runner_;

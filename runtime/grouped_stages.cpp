@@ -80,7 +80,7 @@ GroupedChain groupStages(const std::shared_ptr<const ChainStages>& stages,
   std::vector<StageSpec> specs;
   for (int g = 0; g < groups.size(); ++g) {
     const int first = groups.first[g];
-    const int last = g + 1 < groups.size() ? groups.first[g + 1] - 1 : L;
+    const int last = solver::lastStageOf(groups.first, static_cast<size_t>(g), L);
     specs.push_back(first == last ? stages->stage(first) : joinedStage(*stages, first, last));
   }
   return {std::make_shared<const ChainStages>(specs, stages->lifted()), groups.schedule,

@@ -10,6 +10,7 @@
 
 #include "runtime/stages.h"
 #include "solver/schedule.h"
+#include "solver/stage_groups.h"
 
 namespace jitckpt {
 

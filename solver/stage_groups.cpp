@@ -86,7 +86,7 @@ Schedule expandGroups(const StageGroups& groups, int L) {
       continue;
     }
     const int first = groups.first.at(op.stage - 1);
-    const int last = op.stage < G ? groups.first.at(op.stage) - 1 : L;
+    const int last = lastStageOf(groups.first, static_cast<size_t>(op.stage - 1), L);
     if (op.kind == OpKind::Backward) {
       for (int k = last; k >= first; --k) out.push_back({OpKind::Backward, k});
       continue;

@@ -28,6 +28,11 @@ struct StageGroups {
 // (k = 1..L-1; size L) says whether stage k + 1 may join stage k at all; empty: every one may.
 StageGroups groupStages(const Schedule& schedule, int L, const std::vector<bool>& may_join = {});
 
+// The last stage of group g + 1 (0-based g) of a chain of L stages whose groups start at `first`.
+inline int lastStageOf(const std::vector<int>& first, size_t g, int L) {
+  return g + 1 < first.size() ? first[g + 1] - 1 : L;
+}
+
 // The schedule over the original stages that `groups.schedule` stands for.
 Schedule expandGroups(const StageGroups& groups, int L);
 
