@@ -8,6 +8,7 @@
 #include <chrono>
 #include <iostream>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <unordered_set>
@@ -23,76 +24,6 @@
 
 namespace jitckpt {
 namespace {
-
-// Bytes of the distinct storages behind `tensors` (views of one storage count once).
-int64_t storageBytes(const Tensors& tensors) {
-  std::unordered_set<const void*> seen;
-  int64_t bytes = 0;
-  for (const auto& t : tensors) {
-    if (!t.defined() || !t.has_storage()) continue;
-    if (seen.insert(t.storage().unsafeGetStorageImpl()).second) {
-      bytes += static_cast<int64_t>(t.storage().nbytes());
-    }
-  }
-  return bytes;
-}
-
-// Bytes of the distinct storages behind `outputs` that are also behind `inputs`.
-int64_t sharedStorageBytes(const Tensors& outputs, const Tensors& inputs) {
-  std::unordered_set<const void*> held;
-  for (const auto& t : inputs) {
-    if (t.defined() && t.has_storage()) held.insert(t.storage().unsafeGetStorageImpl());
-  }
-  Tensors shared;
-  for (const auto& t : outputs) {
-    if (t.defined() && t.has_storage() && held.count(t.storage().unsafeGetStorageImpl()))
-      shared.push_back(t);
-  }
-  return storageBytes(shared);
-}
-
-// The spans of the chain's activations (solver::Span): for each storage of a^l, the activation
-// whose stage made it; a storage ends its span at the last activation that holds it. Fed a^0,
-// a^1, ... in order; a storage that leaves and comes back starts a new span (never shared).
-class SpanTracker {
- public:
-  void add(int l, const Tensors& activation) {
-    std::unordered_map<const void*, Held> next;
-    for (const auto& t : activation) {
-      if (!t.defined() || !t.has_storage()) continue;
-      const void* key = t.storage().unsafeGetStorageImpl();
-      if (next.count(key)) continue;
-      auto found = held_.find(key);
-      next[key] = found != held_.end() ? found->second
-                                       : Held{l, static_cast<int64_t>(t.storage().nbytes())};
-    }
-    for (const auto& [key, held] : held_) {
-      if (!next.count(key)) end(held, l - 1);
-    }
-    held_ = std::move(next);
-    last_ = l;
-  }
-  // The spans, once every activation has been added.
-  std::vector<solver::Span> spans() {
-    for (const auto& [key, held] : held_) end(held, last_);
-    held_.clear();
-    std::vector<solver::Span> out;
-    for (const auto& [range, bytes] : spans_) out.push_back({range.first, range.second, bytes});
-    return out;
-  }
-
- private:
-  struct Held {
-    int first;
-    int64_t bytes;
-  };
-  void end(const Held& held, int last) {
-    if (last > held.first) spans_[{held.first, last}] += held.bytes;
-  }
-  std::unordered_map<const void*, Held> held_;
-  std::map<std::pair<int, int>, int64_t> spans_;
-  int last_ = 0;
-};
 
 // delta = ones for the outputs that require grad (undefined for the others).
 Tensors onesFor(const Tensors& outputs) {
@@ -139,18 +70,23 @@ Tensors measureMemory(StageRunner& runner, int l, const Tensors& current,
   s.recorded_bytes = probe.currentBytes() - base;
   s.forward_overhead_grad = std::max<int64_t>(0, probe.peakBytes() - base - s.recorded_bytes);
   Tensors deltas = onesFor(recorded.outputs);
+  const HandedGradients handed(deltas);
   base = probe.resetPeak();
   // delta^l moved in, as the executor hands it over: B frees it once read, before its peak.
   const StageGradients gradients = runner.backward(l, std::move(recorded), std::move(deltas));
   const int64_t peak = probe.peakBytes() - base;
   s.input_grad_bytes = storageBytes(gradients.inputs);
+  s.input_grad_sources = handed.sourcesOf(gradients.inputs);
   s.parameter_grad_bytes = parameterGradBytes(runner, gradients);
   for (const auto& [position, gradient] : gradients.lifted) {
     s.lifted_gradients.emplace_back(runner.firstPosition(position), storageBytes({gradient}));
   }
   // B holds the stage's parameter gradients at its end, with transients that may come before
   // them: ob covers both (once B is done they are wg's, held to the end of the chain's backward).
-  s.backward_overhead = std::max<int64_t>(0, peak - s.input_grad_bytes);
+  // Beside delta^l, B(l) adds what it makes (the gradients it hands on were there before).
+  const auto& made = s.input_grad_sources.made_bytes;
+  s.backward_overhead =
+      std::max<int64_t>(0, peak - std::accumulate(made.begin(), made.end(), int64_t{0}));
   return outputs;
 }
 
@@ -234,7 +170,7 @@ UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inpu
         run.push_back(std::move(*recorded[k]));
         recorded[k].reset();
       }
-      delta = runner.backwardRun(std::move(run), std::move(delta), lifted_grads, m > 1);
+      delta = runner.backwardRun(std::move(run), std::move(delta), lifted_grads);
       l = m - 1;
     }
     delta.clear();
@@ -287,13 +223,17 @@ void appendStage(solver::Costs& c, const StageProfile& s, int l) {
 
 // delta^L (one gradient per floating chain output), then the terminal stage L+1: the hand-off to
 // autograd, free of cost.
-void appendTerminalStage(solver::Costs& c, const Tensors& chain_outputs) {
-  int64_t output_grad_bytes = 0;
+std::vector<int64_t> outputGradientBytes(const Tensors& chain_outputs) {
+  std::vector<int64_t> bytes;
   for (const auto& t : chain_outputs) {
-    if (t.is_floating_point())
-      output_grad_bytes += static_cast<int64_t>(t.numel() * t.element_size());
+    bytes.push_back(t.is_floating_point() ? static_cast<int64_t>(t.numel() * t.element_size()) : 0);
   }
-  c.wd.back() = output_grad_bytes;
+  return bytes;
+}
+
+void appendTerminalStage(solver::Costs& c, const Tensors& chain_outputs) {
+  const auto output_grad_bytes = outputGradientBytes(chain_outputs);
+  c.wd.back() = std::accumulate(output_grad_bytes.begin(), output_grad_bytes.end(), int64_t{0});
   for (auto* v : {&c.uf, &c.uf_nograd, &c.ub}) v->push_back(0);
   for (auto* v : {&c.wa, &c.wabar, &c.wd, &c.of, &c.of_nograd, &c.ob}) v->push_back(0);
   // The caller keeps the model's output through the backward (`out = model(x)`, then
@@ -345,6 +285,13 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   }
   c.spans = spans.spans();
   appendTerminalStage(c, current);
+  // wd as a step holds each delta: a gradient handed on keeps the storage it lies in.
+  std::vector<GradientSources> sources;
+  for (const auto& s : profile.stages) sources.push_back(s.input_grad_sources);
+  const HeldGradients held = heldGradients(sources, outputGradientBytes(current));
+  std::copy(held.wd.begin(), held.wd.end(), c.wd.begin());
+  c.wd_handed = held.handed;
+  c.wd_handed.push_back(0);  // the terminal stage
   c.wg = heldGradientBytes(profile.stages);
   profile.labels.push_back("loss");
   solver::validate(c);

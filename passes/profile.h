@@ -21,15 +21,18 @@
 //   of[l]    Fall's overhead: its peak minus baseline minus what stays live afterwards (abar^l).
 //   of_nograd[l]  the same for the no-grad forward (Fck/F∅ keep a^l): the intermediates it frees
 //            as it goes, which Fall keeps in abar^l instead.
-//   wd[l-1]  bytes of the input gradient B(l) produces (delta^{l-1}); 0 for stage 1 when the chain
-//            input needs no gradient. wd[L]: bytes of delta^L, ones_like(a^L) for the outputs that
-//            require grad, as autograd hands them to the chain.
+//   wd[l-1]  bytes of the storages delta^{l-1} keeps alive in a step: those B(l) made, and those of
+//            the gradients it hands on (passed through, or views), followed up from delta^L: a
+//            slice of cat's gradient handed from B to B holds the whole; 0 for stage 1 when the
+//            chain input needs no gradient. wd[L]: bytes of delta^L, ones_like(a^L) for the outputs
+//            that require grad, as autograd hands them to the chain.
+//   wd_handed[l]  of those, the bytes delta^l holds too (the gradients B(l) hands on).
 //   ob[l]    backward overhead: peak of B(l) as the runner runs it, minus the baseline (delta^l,
-//            abar^l, a^{l-1} held) minus the input gradient; delta^l is moved into B, as the
-//            executor hands it over, so that it goes once read (before B's peak, mostly). Parameter
-//            gradients are added into .grad one at a time as they are made (zeroed stand-ins while
-//            profiling, given back afterwards): the paper counts the .grad buffers as model memory,
-//            and the gradient in flight is a transient of B.
+//            abar^l, a^{l-1} held) minus the input gradients B made; delta^l is moved into B, as
+//            the executor hands it over, so that it goes once read (before B's peak, mostly).
+//            Parameter gradients are added into .grad one at a time as they are made (zeroed
+//            stand-ins while profiling, given back afterwards): the paper counts the .grad buffers
+//            as model memory, and the gradient in flight is a transient of B.
 //   uf[l]    median over `repeats` recording forwards (after `warmup` full F+B rounds), ms.
 //   uf_nograd[l]  the same over forwards without recording (Fck, F∅: see solver/costs.h), ms.
 //   ub[l]    median over `repeats` backward calls, each after an untimed recording forward, ms.
@@ -51,6 +54,7 @@
 #include <vector>
 
 #include "passes/partition/partition.h"
+#include "passes/storage_sharing.h"
 #include "runtime/stage_runner.h"
 #include "runtime/stages.h"
 #include "solver/costs.h"
@@ -83,10 +87,11 @@ struct ProfileOptions {
 struct StageProfile {  // the measurements behind one stage's costs, for reports and tests
   std::string label;
   double forward_ms = 0, backward_ms = 0, forward_no_grad_ms = 0;
-  int64_t output_bytes = 0;      // wa
-  int64_t passed_bytes = 0;      // the part of wa that the input holds (Costs::passedBytes)
-  int64_t recorded_bytes = 0;    // live bytes after Fall minus before (wabar before max)
-  int64_t input_grad_bytes = 0;  // wd[l-1]
+  int64_t output_bytes = 0;            // wa
+  int64_t passed_bytes = 0;            // the part of wa that the input holds (Costs::passedBytes)
+  int64_t recorded_bytes = 0;          // live bytes after Fall minus before (wabar before max)
+  int64_t input_grad_bytes = 0;        // B's own: wd[l-1] counts what it hands on as well
+  GradientSources input_grad_sources;  // which storage each input gradient lies in
   // Size of the stage's parameter gradients: B returns them, so ob includes them; afterwards they
   // stay until the chain's backward hands them to autograd, as .grad would hold them.
   int64_t parameter_grad_bytes = 0;

@@ -133,8 +133,7 @@ void ScheduleExecutor::backwardRun(int l, int m) {
   }
   Tensors output_grads = std::move(*delta_[l]);
   delta_[l].reset();
-  delta_[m - 1] =
-      runner_.backwardRun(std::move(run), std::move(output_grads), lifted_grads_, m > 1);
+  delta_[m - 1] = runner_.backwardRun(std::move(run), std::move(output_grads), lifted_grads_);
   for (int k = l; k >= m; --k) a_[k - 1].reset();  // consumed; abar^{m-1}, if held, stays
 }
 

@@ -106,17 +106,6 @@ torch::autograd::Edge leafEdge(const at::Tensor& leaf) {
   return torch::autograd::Edge(std::move(node), 0);
 }
 
-// A gradient that is a slice of a larger tensor keeps all of it alive until the stage that reads
-// it runs B. Copied out, the whole goes once every slice has been. (The values are the same, so
-// the bits are.)
-void copyOutSlices(Tensors& gradients) {
-  for (at::Tensor& g : gradients) {
-    if (!g.defined() || !g.has_storage()) continue;
-    const auto own = static_cast<size_t>(g.numel()) * g.element_size();
-    if (g.storage().nbytes() > own) g = g.clone();
-  }
-}
-
 }  // namespace
 
 Tensors StageRunner::gradientTargets(int l) const {
@@ -247,7 +236,7 @@ StageGradients StageRunner::backward(std::vector<RecordedStage> run, Tensors out
 }
 
 Tensors StageRunner::backwardRun(std::vector<RecordedStage> run, Tensors output_grads,
-                                 Tensors& lifted_sums, bool hands_on) {
+                                 Tensors& lifted_sums) {
   // A tensor lifted more than once (one parameter reached through several attribute paths: tied
   // or shared weights) gets its gradients summed at one position, the first, in the order the
   // stages' B run, each B adding its uses to the sum so far (StageRunner::backward): the order in
@@ -262,7 +251,6 @@ Tensors StageRunner::backwardRun(std::vector<RecordedStage> run, Tensors output_
                           "jitckpt: a run of B returned a gradient without taking the sum so far");
     sum = std::move(gradient);
   }
-  if (hands_on) copyOutSlices(gradients.inputs);
   return std::move(gradients.inputs);
 }
 

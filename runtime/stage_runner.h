@@ -123,11 +123,11 @@ class StageRunner {
                           Tensors* lifted_sums = nullptr);
   // A run of B as the executor and the profile run it: backward(run, output_grads, &lifted_sums),
   // then each lifted tensor's gradient stored as its sum so far in `lifted_sums` (by
-  // firstPosition). Returns delta^{m-1}; where another B reads it (`hands_on`), a gradient that
-  // is a slice of a larger storage (cat's backward) is copied out, so that the rest of that
-  // storage goes now, not when that B runs: the plan counts each slice at its own size.
-  Tensors backwardRun(std::vector<RecordedStage> run, Tensors output_grads, Tensors& lifted_sums,
-                      bool hands_on);
+  // firstPosition). Returns delta^{m-1} as B made it: a slice of a larger gradient (cat's
+  // backward) keeps the whole alive until the B that reads it, which the profile counts (wd);
+  // copied out, it would reach that B with other strides, and its kernels could sum in another
+  // order.
+  Tensors backwardRun(std::vector<RecordedStage> run, Tensors output_grads, Tensors& lifted_sums);
   // Whether B of the stage recorded in `below` can join a run of B whose lowest stage is `above`
   // with the same results: `below` was recorded before `above` (by sequence numbers), its outputs
   // lead to distinct gradient edges (the order in which a shared one would get its deltas is what

@@ -14,7 +14,7 @@ ChainSizes::ChainSizes(const Costs& chain, int64_t unit_bytes, int64_t cap_units
     wd.push_back(units(chain.wd[l]));
     of.push_back(units(chain.of[l]));
     of_nograd.push_back(units(chain.noGradForwardOverhead(l)));
-    ob.push_back(units(chain.ob[l]));
+    backward_added.push_back(l == 0 ? 0 : units(chain.backwardAddedBytes(l)));
   }
   gradient_bytes_before.assign(L + 2, 0);
   for (int l = 1; l <= L; ++l)

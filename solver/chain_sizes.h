@@ -19,10 +19,11 @@ struct ChainSizes {
 
   // m_all(s,t): Fall(s), then B(s) beside the parameter gradients `gradients` of s+1..t. The
   // paper's max(wd[t] + wabar[s] + of[s], wd[s] + wabar[s] + ob[s]), and B(s) also holds the
-  // delta^{s-1} it produces (simulator rule); abar^s costs what a^{s-1} does not hold.
+  // delta^{s-1} it produces (simulator rule: Costs::backwardAddedBytes); abar^s costs what a^{s-1}
+  // does not hold.
   int64_t allPeak(int s, int t, int64_t gradients) const {
     return std::min(cap, std::max(wd[t] + abar_own[s] + of[s],
-                                  wd[s] + abar_own[s] + wd[s - 1] + ob[s] + gradients));
+                                  wd[s] + abar_own[s] + backward_added[s] + gradients));
   }
   // The forward run of C_ck from a^{s-1}, Fck(s) then F∅(s+1..k), peaks at the largest of
   // runStart(s) and runStep(s, j) for s < j <= k, beside delta^t; those forwards do not record
@@ -44,8 +45,9 @@ struct ChainSizes {
   int64_t unit, cap;
   int length;  // L
   // wa, abar^l's own part (Costs::abarOwnBytes), what a run of stage l makes of a^l (wa less
-  // what a^{l-1} passes on), wd, of, of_nograd, ob; each capped.
-  std::vector<int64_t> wa, abar_own, new_a, wd, of, of_nograd, ob;
+  // what a^{l-1} passes on), wd, of, of_nograd, what B(l) adds beside delta^l
+  // (Costs::backwardAddedBytes); each capped.
+  std::vector<int64_t> wa, abar_own, new_a, wd, of, of_nograd, backward_added;
   std::vector<int64_t> gradient_bytes_before;  // [l]: what B(1..l-1) leave held, exact
   int64_t terminal_gradients = 0;              // wg[L] alone, in units
 

@@ -55,6 +55,21 @@ std::vector<T> readField(const Json& json, const char* field) {
   return values;
 }
 
+// A gradient handed on by B(l) is part of both delta^l and delta^{l-1}.
+void validateHanded(const Costs& chain) {
+  for (int l = 0; l < static_cast<int>(chain.wd_handed.size()); ++l) {
+    const int64_t handed = chain.wd_handed[static_cast<size_t>(l)];
+    if (handed == 0) continue;
+    if (l == 0 || handed > chain.wd[static_cast<size_t>(l)] ||
+        handed > chain.wd[static_cast<size_t>(l - 1)]) {
+      std::ostringstream os;
+      os << "chain field 'wd_handed' at stage " << l << " is " << handed
+         << ": it must be 0 at stage 0 and at most wd[l] and wd[l-1] (it is part of both)";
+      fail(os.str());
+    }
+  }
+}
+
 // Spans lie within 0..L, cover at least two activations, and hold no more of a^l than wa[l].
 void validateSpans(const Costs& chain) {
   const int L = chain.length();
@@ -174,6 +189,7 @@ void validate(const Costs& chain) {
   if (!chain.uf_nograd.empty()) checkLength(chain.uf_nograd.size(), "uf_nograd");
   if (!chain.of_nograd.empty()) checkLength(chain.of_nograd.size(), "of_nograd");
   if (!chain.wg.empty()) checkLength(chain.wg.size(), "wg");
+  if (!chain.wd_handed.empty()) checkLength(chain.wd_handed.size(), "wd_handed");
   checkNonNegative(chain.uf, "uf");
   checkNonNegative(chain.uf_nograd, "uf_nograd");
   checkNonNegative(chain.ub, "ub");
@@ -184,6 +200,7 @@ void validate(const Costs& chain) {
   checkNonNegative(chain.of_nograd, "of_nograd");
   checkNonNegative(chain.ob, "ob");
   checkNonNegative(chain.wg, "wg");
+  checkNonNegative(chain.wd_handed, "wd_handed");
   for (size_t l = 1; l < n; ++l) {
     if (chain.wabar[l] < chain.wa[l]) {
       std::ostringstream os;
@@ -193,6 +210,7 @@ void validate(const Costs& chain) {
     }
   }
   validateSpans(chain);
+  validateHanded(chain);
   if (chain.held_output < 0) fail("chain field 'held_output' is negative");
   if (chain.held_output > 0 && n < 3)
     fail(
@@ -220,6 +238,7 @@ Costs costsFromJson(const std::string& text) {
   if (json.contains("uf_nograd")) chain.uf_nograd = readField<double>(json, "uf_nograd");
   if (json.contains("of_nograd")) chain.of_nograd = readField<int64_t>(json, "of_nograd");
   if (json.contains("wg")) chain.wg = readField<int64_t>(json, "wg");
+  if (json.contains("wd_handed")) chain.wd_handed = readField<int64_t>(json, "wd_handed");
   if (json.contains("spans") && json.contains("wpass"))
     fail("chain file gives both 'spans' and 'wpass' (the older form of spans): give one");
   if (json.contains("spans")) chain.spans = readSpans(json);
@@ -240,6 +259,7 @@ std::string costsToJson(const Costs& chain) {
   if (!chain.uf_nograd.empty()) json["uf_nograd"] = chain.uf_nograd;
   if (!chain.of_nograd.empty()) json["of_nograd"] = chain.of_nograd;
   if (!chain.wg.empty()) json["wg"] = chain.wg;
+  if (!chain.wd_handed.empty()) json["wd_handed"] = chain.wd_handed;
   if (!chain.spans.empty()) {
     Json spans = Json::array();
     for (const Span& span : chain.spans) spans.push_back({span.first, span.last, span.bytes});

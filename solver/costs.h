@@ -55,6 +55,11 @@ namespace jitckpt::solver {
 // copy), from B(L-1) on. A stage recomputed after B(L) makes a copy of its own. Without it (0, the
 // paper's model) the output goes when B(L) has read it. Where the output passes on storages of
 // earlier activations (spans over L-1), they are counted again, the safe side.
+// Fifth extension: a gradient B(l) hands on unchanged (the gradient of an input stage l passes
+// through), or a slice of one (cat's backward hands each input a slice of its gradient), is a
+// storage delta^l and delta^{l-1} both hold: wd counts it in each (what each keeps alive), and
+// wd_handed[l] says how much of delta^{l-1} is delta^l's, so that B(l), which holds both at
+// once, charges it once (backwardAddedBytes). Without it, nothing is handed on.
 // Storages that consecutive activations hold: every a^l with first <= l <= last holds `bytes` of
 // them (the same copies when each was computed from the one before).
 struct Span {
@@ -76,6 +81,7 @@ struct Costs {
   std::vector<int64_t> of_nograd;  // Fck's and F∅'s: their peak minus inputs and a^l; empty: of
   std::vector<int64_t> ob;         // backward overhead
   std::vector<int64_t> wg;         // parameter gradients B(l) leaves held; empty: none
+  std::vector<int64_t> wd_handed;  // bytes of delta^{l-1} that delta^l holds; empty: none
   std::vector<Span> spans;         // storages held by consecutive activations; empty: none
   int64_t held_output = 0;         // bytes of a^{L-1} the caller keeps to the end; 0: none
 
@@ -89,6 +95,13 @@ struct Costs {
     return of_nograd.empty() ? of[static_cast<size_t>(l)] : of_nograd[static_cast<size_t>(l)];
   }
   int64_t gradientBytes(int l) const { return wg.empty() ? 0 : wg[static_cast<size_t>(l)]; }
+  int64_t handedBytes(int l) const {
+    return wd_handed.empty() ? 0 : wd_handed[static_cast<size_t>(l)];
+  }
+  // What B(l) adds beside delta^l at its peak: the part of delta^{l-1} it makes, and ob[l].
+  int64_t backwardAddedBytes(int l) const {
+    return wd[static_cast<size_t>(l - 1)] - handedBytes(l) + ob[static_cast<size_t>(l)];
+  }
   // Bytes of a^k that a^j holds (j < k), as the spans over both (and every activation between)
   // say. O(number of spans): callers that ask often table it (ChainSizes).
   int64_t sharedBytes(int j, int k) const;
@@ -99,15 +112,15 @@ struct Costs {
 
 // Throws std::invalid_argument naming the field and the stage when the chain is not well formed
 // (empty, vectors of different lengths, negative values, wabar < wa, a span outside 0..L or
-// shorter than two activations, spans over a^l holding more than wa[l], held_output negative or
-// given for a chain of one stage).
+// shorter than two activations, spans over a^l holding more than wa[l], wd_handed[l] above wd[l]
+// or wd[l-1], held_output negative or given for a chain of one stage).
 void validate(const Costs& chain);
 
 // JSON form: {"uf":[...], "ub":[...], "wa":[...], "wabar":[...], "wd":[...], "of":[...],
 // "ob":[...]} with L+1 entries each (entry 0 as above), and optionally "uf_nograd", "of_nograd",
-// "wg", "spans" ([[first, last, bytes], ...]) and "held_output" (bytes). Files of earlier versions
-// may give "wpass" instead ([l]: bytes of a^l that a^{l-1} holds; read as spans over l-1 and l).
-// Errors name the field and the stage.
+// "wg", "wd_handed", "spans" ([[first, last, bytes], ...]) and "held_output" (bytes). Files of
+// earlier versions may give "wpass" instead ([l]: bytes of a^l that a^{l-1} holds; read as spans
+// over l-1 and l). Errors name the field and the stage.
 Costs costsFromJson(const std::string& text);
 std::string costsToJson(const Costs& chain);
 Costs readCostsFile(const std::string& path);

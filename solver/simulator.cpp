@@ -144,7 +144,7 @@ SimulationResult simulate(const Costs& chain, const Schedule& schedule) {
         if (!delta[l]) return invalid(i, "delta^" + std::to_string(l) + " is not held");
         if (!abar[l]) return invalid(i, "abar^" + std::to_string(l) + " is not held");
         if (!input) return invalid(i, "a^" + std::to_string(l - 1) + " is not held");
-        result.peak = std::max(result.peak, held() + chain.wd[l - 1] + chain.ob[l]);
+        result.peak = std::max(result.peak, held() + chain.backwardAddedBytes(l));
         other +=
             chain.wd[l - 1] - chain.wd[l] - (chain.wabar[l] - chain.wa[l]) + chain.gradientBytes(l);
         activations.release(l);

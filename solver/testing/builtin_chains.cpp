@@ -161,6 +161,15 @@ Costs randomCosts(int length, uint64_t seed, int max_size, int max_time) {
     c.spans.push_back({first, last, bytes});
     for (int l = first; l <= last; ++l) free[static_cast<size_t>(l)] -= bytes;
   }
+  // Gradients B(l) hands on (Costs::wd_handed), drawn apart: for about a third of the stages,
+  // part of what delta^l and delta^{l-1} both are.
+  std::mt19937_64 handed_rng(seed ^ 0x61c8864680b583ebULL);
+  c.wd_handed = {0};
+  for (int l = 1; l <= length; ++l) {
+    const int64_t room = std::min(c.wd[static_cast<size_t>(l)], c.wd[static_cast<size_t>(l - 1)]);
+    const int64_t h = std::uniform_int_distribution<int64_t>(-2 * room, room)(handed_rng);
+    c.wd_handed.push_back(std::max<int64_t>(0, h));
+  }
   // The caller's copy of a^{L-1} (Costs::held_output), drawn apart: for about half the chains of
   // two stages or more, any size up to twice that activation (what the caller keeps of a model's
   // output may be more or less than the chain's last boundary).

@@ -173,7 +173,7 @@ SearchResult bestAnySequence(const Costs& chain, int64_t limit) {
         next.delta = l - 1;
         if (l == L) next.output_apart = chain.held_output > 0 && !(st.abar >> (l - 1) & 1);
         if (l == L - 1) next.output_apart = chain.held_output > 0;
-        relax(next, {OpKind::Backward, l}, held + chain.wd[l - 1] + chain.ob[l], chain.ub[l]);
+        relax(next, {OpKind::Backward, l}, held + chain.backwardAddedBytes(l), chain.ub[l]);
       }
     }
   }

@@ -57,7 +57,7 @@ ReferenceTable::ReferenceTable(const Costs& chain, int64_t max_limit, int slots,
       const int64_t abar = toSlots(chain.abarOwnBytes(s));
       const int64_t emem = std::max(
           wd(t) + abar + toSlots(chain.of[s]),
-          wd(s) + abar + wd(s - 1) + toSlots(chain.ob[s]) + gradients(s + 1, t, s == L - 1));
+          wd(s) + abar + toSlots(chain.backwardAddedBytes(s)) + gradients(s + 1, t, s == L - 1));
       const float stage_time = static_cast<float>(chain.uf[s] + chain.ub[s]);
       if (s == t) {
         for (int64_t m = emem; m <= S; ++m) out[m] = stage_time;

@@ -1,6 +1,7 @@
 // Costs files: round trip and every kind of bad file.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -93,6 +94,21 @@ TEST(ChainFile, ParameterGradientsRoundTripAndDefaultToNone) {
   Costs negative = chain;
   negative.wg[2] = -1;
   EXPECT_THROW(validate(negative), std::invalid_argument);
+}
+
+TEST(ChainFile, HandedGradientsRoundTripAndArePartOfBothDeltas) {
+  const Costs chain = randomCosts(8, 11, 50, 20);
+  ASSERT_EQ(chain.wd_handed.size(), chain.uf.size());
+  EXPECT_EQ(costsFromJson(costsToJson(chain)).wd_handed, chain.wd_handed);
+  const Costs without = costsFromJson(kGood);  // none handed on: B(l) makes all of delta^{l-1}
+  EXPECT_TRUE(without.wd_handed.empty());
+  EXPECT_EQ(without.backwardAddedBytes(1), without.wd[0] + without.ob[1]);
+  Costs over = chain;
+  over.wd_handed[3] = std::min(over.wd[3], over.wd[2]) + 1;
+  EXPECT_THROW(validate(over), std::invalid_argument);
+  Costs first = chain;
+  first.wd_handed[0] = 1;  // nothing comes before delta^0
+  EXPECT_THROW(validate(first), std::invalid_argument);
 }
 
 TEST(ChainFile, SpansRoundTripAndAreBoundedByEveryActivationTheyCover) {

@@ -46,6 +46,17 @@ TEST(Simulator, ParameterGradientsStayHeldFromTheirBackwardOn) {
   EXPECT_EQ(simulate(c, parseSchedule("Fall(1) Fall(2) B(2) B(1)")).peak, 92);
 }
 
+// B(2) hands 6 of delta^2's 10 bytes on in delta^1 (a gradient passed through, or a slice of
+// one): while B(2) runs, those bytes are held once.
+TEST(Simulator, AGradientHandedOnIsHeldOnce) {
+  Costs c = unitChain(2);
+  c.wd_handed = {0, 0, 6};
+  const SimulationResult r = simulate(c, parseSchedule("Fall(1) Fall(2) B(2) B(1)"));
+  ASSERT_TRUE(r.valid && r.complete) << r.reason;
+  // B(2): 80 + delta1 (10) - handed (6) + 2 = 86, where CountsEveryTermOfTable1 has 92.
+  EXPECT_EQ(r.peak, 86);
+}
+
 // The caller keeps the chain's output a^{L-1} (here a^2, the input of terminal stage 3) to the end
 // of the step. Where abar^2 holds it, it is counted apart only once B(2) has freed abar^2; where
 // B(3) consumed a lone a^2, from there on, and a recomputed a^2 is a copy of its own.

@@ -1,0 +1,142 @@
+// Storage sharing for the profile pass (see storage_sharing.h).
+#include "passes/storage_sharing.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace jitckpt {
+
+int64_t storageBytes(const Tensors& tensors) {
+  std::unordered_set<const void*> seen;
+  int64_t bytes = 0;
+  for (const auto& t : tensors) {
+    if (!t.defined() || !t.has_storage()) continue;
+    if (seen.insert(t.storage().unsafeGetStorageImpl()).second) {
+      bytes += static_cast<int64_t>(t.storage().nbytes());
+    }
+  }
+  return bytes;
+}
+
+int64_t sharedStorageBytes(const Tensors& outputs, const Tensors& inputs) {
+  std::unordered_set<const void*> held;
+  for (const auto& t : inputs) {
+    if (t.defined() && t.has_storage()) held.insert(t.storage().unsafeGetStorageImpl());
+  }
+  Tensors shared;
+  for (const auto& t : outputs) {
+    if (t.defined() && t.has_storage() && held.count(t.storage().unsafeGetStorageImpl()))
+      shared.push_back(t);
+  }
+  return storageBytes(shared);
+}
+
+void SpanTracker::add(int l, const Tensors& activation) {
+  std::unordered_map<const void*, Held> next;
+  for (const auto& t : activation) {
+    if (!t.defined() || !t.has_storage()) continue;
+    const void* key = t.storage().unsafeGetStorageImpl();
+    if (next.count(key)) continue;
+    auto found = held_.find(key);
+    next[key] = found != held_.end() ? found->second
+                                     : Held{l, static_cast<int64_t>(t.storage().nbytes())};
+  }
+  for (const auto& [key, held] : held_) {
+    if (!next.count(key)) end(held, l - 1);
+  }
+  held_ = std::move(next);
+  last_ = l;
+}
+
+std::vector<solver::Span> SpanTracker::spans() {
+  for (const auto& [key, held] : held_) end(held, last_);
+  held_.clear();
+  std::vector<solver::Span> out;
+  for (const auto& [range, bytes] : spans_) out.push_back({range.first, range.second, bytes});
+  return out;
+}
+
+void SpanTracker::end(const Held& held, int last) {
+  if (last > held.first) spans_[{held.first, last}] += held.bytes;
+}
+
+HandedGradients::HandedGradients(const Tensors& output_grads) {
+  for (const auto& t : output_grads) {
+    const bool held = t.defined() && t.has_storage();
+    keys_.push_back(held ? t.storage().unsafeGetStorageImpl() : nullptr);
+    if (held) storages_.push_back(t.storage().getWeakStorageImpl());
+  }
+}
+
+GradientSources HandedGradients::sourcesOf(const Tensors& input_grads) const {
+  GradientSources sources;
+  std::unordered_map<const void*, int> made;
+  for (const auto& t : input_grads) {
+    int from = -1, index = -1;
+    if (t.defined() && t.has_storage()) {
+      const void* key = t.storage().unsafeGetStorageImpl();
+      for (size_t m = 0; m < keys_.size() && from < 0; ++m) {
+        if (keys_[m] == key) from = static_cast<int>(m);
+      }
+      if (from < 0) {
+        auto [it, added] = made.emplace(key, static_cast<int>(sources.made_bytes.size()));
+        if (added) sources.made_bytes.push_back(static_cast<int64_t>(t.storage().nbytes()));
+        index = it->second;
+      }
+    }
+    sources.handed_on_from.push_back(from);
+    sources.made.push_back(index);
+  }
+  return sources;
+}
+
+namespace {
+int64_t distinctBytes(const std::vector<int>& ids, const std::vector<int64_t>& bytes_of,
+                      const std::vector<int>* within = nullptr) {
+  std::unordered_set<int> seen;
+  int64_t bytes = 0;
+  for (int id : ids) {
+    if (id < 0 || !seen.insert(id).second) continue;
+    if (within && std::find(within->begin(), within->end(), id) == within->end()) continue;
+    bytes += bytes_of[static_cast<size_t>(id)];
+  }
+  return bytes;
+}
+}  // namespace
+
+HeldGradients heldGradients(const std::vector<GradientSources>& stages,
+                            const std::vector<int64_t>& output_grad_bytes) {
+  std::vector<int64_t> bytes_of;  // per storage, numbered as met from delta^L down
+  std::vector<int> ids;           // per gradient of the current delta: its storage, or -1
+  for (int64_t bytes : output_grad_bytes) {
+    ids.push_back(bytes > 0 ? static_cast<int>(bytes_of.size()) : -1);
+    if (bytes > 0) bytes_of.push_back(bytes);
+  }
+  HeldGradients held{std::vector<int64_t>(stages.size(), 0),
+                     std::vector<int64_t>(stages.size() + 1, 0)};
+  for (size_t l = stages.size(); l >= 1; --l) {
+    const GradientSources& s = stages[l - 1];
+    const int first_made = static_cast<int>(bytes_of.size());
+    bytes_of.insert(bytes_of.end(), s.made_bytes.begin(), s.made_bytes.end());
+    std::vector<int> next(s.handed_on_from.size(), -1);
+    for (size_t i = 0; i < next.size(); ++i) {
+      const int from = s.handed_on_from[i];
+      if (from >= 0) {
+        TORCH_INTERNAL_ASSERT(static_cast<size_t>(from) < ids.size(), "jitckpt: B(", l,
+                              ") handed on the gradient of output ", from, ", which stage ", l,
+                              " does not have");
+        next[i] = ids[static_cast<size_t>(from)];
+      } else if (s.made[i] >= 0) {
+        next[i] = first_made + s.made[i];
+      }
+    }
+    held.wd[l - 1] = distinctBytes(next, bytes_of);
+    held.handed[l] = distinctBytes(next, bytes_of, &ids);
+    ids = std::move(next);
+  }
+  return held;
+}
+
+}  // namespace jitckpt

@@ -1,0 +1,77 @@
+// Storage sharing, for the profile pass: takes the tensors a stage reads and returns, and says
+// which storages they share, as the solver's sizes count them.
+//   storageBytes        bytes of the distinct storages behind some tensors
+//   sharedStorageBytes  of those behind a stage's outputs, the bytes its inputs hold too
+//   SpanTracker         the activations' spans (solver::Span), fed a^0, a^1, ... in order
+//   GradientSources     which storage each gradient B(l) returns lies in: one handed to B (a
+//                       gradient passed on, or a view of one) or one B made
+//   heldGradients       from those, wd and wd_handed: what delta^{l-1} keeps alive in a step (a
+//                       slice handed on from B to B holds the whole it is a slice of), and how
+//                       much of it delta^l holds too
+#pragma once
+
+#include <c10/core/StorageImpl.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <cstdint>
+#include <map>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "runtime/chain_arguments.h"
+#include "solver/costs.h"
+
+namespace jitckpt {
+
+int64_t storageBytes(const Tensors& tensors);
+int64_t sharedStorageBytes(const Tensors& outputs, const Tensors& inputs);
+
+// A storage that leaves the activations and comes back starts a new span (never shared).
+class SpanTracker {
+ public:
+  void add(int l, const Tensors& activation);
+  std::vector<solver::Span> spans();  // once every activation has been added
+
+ private:
+  struct Held {
+    int first;
+    int64_t bytes;
+  };
+  void end(const Held& held, int last);
+  std::unordered_map<const void*, Held> held_;
+  std::map<std::pair<int, int>, int64_t> spans_;
+  int last_ = 0;
+};
+
+// Per input gradient of one B: the output gradient whose storage it shares (handed_on_from), or
+// the storage B made that it lies in (made, an index into made_bytes); -1 where neither (undefined).
+struct GradientSources {
+  std::vector<int> handed_on_from;
+  std::vector<int> made;
+  std::vector<int64_t> made_bytes;
+};
+
+// Remembers the storages of the gradients handed to a B, weakly: B still frees each once read,
+// and no storage made meanwhile can take its place.
+class HandedGradients {
+ public:
+  explicit HandedGradients(const Tensors& output_grads);
+  GradientSources sourcesOf(const Tensors& input_grads) const;
+
+ private:
+  std::vector<const void*> keys_;  // per output gradient: its storage, or null
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> storages_;  // keeps each key unique
+};
+
+// The gradients as a step holds them, from each stage's sources (stages[l-1] for stage l),
+// following those handed on from the chain's output gradients (output_grad_bytes, one per output,
+// 0 where none) down to delta^0: wd[l] for l = 0..L-1, and handed[l] for l = 1..L (entry 0 is 0),
+// the bytes of the storages that delta^{l-1} and delta^l both hold (solver::Costs::wd_handed).
+struct HeldGradients {
+  std::vector<int64_t> wd, handed;
+};
+HeldGradients heldGradients(const std::vector<GradientSources>& stages,
+                            const std::vector<int64_t>& output_grad_bytes);
+
+}  // namespace jitckpt
