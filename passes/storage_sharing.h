@@ -44,8 +44,9 @@ class SpanTracker {
   int last_ = 0;
 };
 
-// Per input gradient of one B: the output gradient whose storage it shares (handed_on_from), or
-// the storage B made that it lies in (made, an index into made_bytes); -1 where neither (undefined).
+// Per input gradient of one B: the first output gradient whose storage it shares (handed_on_from),
+// or the storage B made that it lies in (made, an index into made_bytes); -1 where neither
+// (undefined).
 struct GradientSources {
   std::vector<int> handed_on_from;
   std::vector<int> made;

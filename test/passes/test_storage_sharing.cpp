@@ -1,0 +1,42 @@
+// Storage sharing for the profile: which storage each gradient a B returns lies in, and the
+// gradients as a step holds them when B hands slices of one on from stage to stage.
+#include <gtest/gtest.h>
+
+#include <ATen/Functions.h>
+
+#include "passes/storage_sharing.h"
+
+using namespace jitckpt;
+
+namespace {
+constexpr int64_t kFloat = 4;  // bytes of a float32
+}
+
+// A B that passes a gradient on (here a slice of cat's gradient) returns it as it came, beside
+// a gradient it made and a view of that.
+TEST(StorageSharing, GradientsHandedOnAreToldFromThoseBMade) {
+  const at::Tensor whole = at::ones({2, 10});
+  const Tensors output_grads{at::ones({5}), whole.narrow(1, 4, 6), at::Tensor()};
+  const HandedGradients handed(output_grads);
+  const at::Tensor made = at::zeros({3});
+  const GradientSources sources =
+      handed.sourcesOf({output_grads[1], made, made.view({1, 3}), at::Tensor()});
+  EXPECT_EQ(sources.handed_on_from, (std::vector<int>{1, -1, -1, -1}));
+  EXPECT_EQ(sources.made, (std::vector<int>{-1, 0, 0, -1}));
+  EXPECT_EQ(sources.made_bytes, (std::vector<int64_t>{3 * kFloat}));
+}
+
+// An Inception block cut between its branches: stage 3 (cat) makes one gradient of 40 bytes and
+// hands each of its 4 inputs a slice; stages 2 and 1 each read one slice and hand the others on,
+// beside 8 bytes of their own. Each delta keeps the whole 40 alive while it holds any slice.
+TEST(StorageSharing, ASliceHandedOnHoldsTheWholeUntilTheLastBThatReadsIt) {
+  GradientSources cat{{-1, -1, -1, -1}, {0, 0, 0, 0}, {40}};
+  GradientSources branch2{{0, 1, 2, -1}, {-1, -1, -1, 0}, {8}};
+  GradientSources branch1{{0, 1, -1}, {-1, -1, 0}, {8}};
+  // delta^3: the chain's output gradient, 100 bytes.
+  const HeldGradients held = heldGradients({branch1, branch2, cat}, {100});
+  EXPECT_EQ(held.wd, (std::vector<int64_t>{40 + 8, 40 + 8, 40}));
+  // B(2) and B(1) hold the 40 bytes in what they read and in what they hand on: counted once
+  // while each runs. B(3) makes its 40 anew.
+  EXPECT_EQ(held.handed, (std::vector<int64_t>{0, 40, 40, 0}));
+}
