@@ -54,8 +54,9 @@ c10::IValue copyOf(const c10::IValue& v) {
     return t.detach().clone().requires_grad_(t.requires_grad());
   }
   if (v.isList()) {
-    c10::impl::GenericList copy(v.toList().elementType());
-    for (const c10::IValue& element : v.toList()) copy.push_back(copyOf(element));
+    const c10::impl::GenericList list = v.toList();
+    c10::impl::GenericList copy(list.elementType());
+    for (size_t i = 0; i < list.size(); ++i) copy.push_back(copyOf(list.get(i)));
     return copy;
   }
   if (v.isTuple()) {

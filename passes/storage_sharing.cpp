@@ -40,8 +40,8 @@ void SpanTracker::add(int l, const Tensors& activation) {
     const void* key = t.storage().unsafeGetStorageImpl();
     if (next.count(key)) continue;
     auto found = held_.find(key);
-    next[key] = found != held_.end() ? found->second
-                                     : Held{l, static_cast<int64_t>(t.storage().nbytes())};
+    next[key] =
+        found != held_.end() ? found->second : Held{l, static_cast<int64_t>(t.storage().nbytes())};
   }
   for (const auto& [key, held] : held_) {
     if (!next.count(key)) end(held, l - 1);

@@ -289,6 +289,13 @@ bool anyRequiresGrad(at::TensorList tensors) {
 
 }  // namespace
 
+// GCC 14 warns (-Warray-bounds, -Wstringop-overflow) inside libstdc++'s vector<bool> as PyTorch's
+// Function::apply inlines it: a false positive in their headers, kept off for this function only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Warray-bounds"
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
 std::vector<at::Tensor> chainAutograd(at::TensorList inputs, at::TensorList lifted_tensors,
                                       const c10::List<c10::IValue>& lifted_scalars,
                                       const c10::intrusive_ptr<Plan>& plan) {
@@ -308,6 +315,9 @@ std::vector<at::Tensor> chainAutograd(at::TensorList inputs, at::TensorList lift
     throw;
   }
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 std::vector<at::Tensor> chainInference(at::TensorList inputs, at::TensorList lifted_tensors,
                                        const c10::List<c10::IValue>& lifted_scalars,

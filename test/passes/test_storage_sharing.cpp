@@ -1,8 +1,7 @@
 // Storage sharing for the profile: which storage each gradient a B returns lies in, and the
 // gradients as a step holds them when B hands slices of one on from stage to stage.
-#include <gtest/gtest.h>
-
 #include <ATen/Functions.h>
+#include <gtest/gtest.h>
 
 #include "passes/storage_sharing.h"
 
