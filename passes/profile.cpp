@@ -56,6 +56,32 @@ int64_t parameterGradBytes(const StageRunner& runner, const StageGradients& grad
   return storageBytes(parameter_grads);
 }
 
+// B(l) on `recorded` with delta^l moved in, as the executor hands it over (B frees it once read,
+// before its peak). Returns B's peak above what it makes (the gradients it hands on were there
+// before) and fills in s's gradient sizes.
+int64_t measureBackward(StageRunner& runner, int l, RecordedStage recorded, Tensors deltas,
+                        probes::MemoryProbe& probe, StageProfile& s) {
+  const HandedGradients handed(deltas);
+  const int64_t base = probe.resetPeak();
+  const StageGradients gradients = runner.backward(l, std::move(recorded), std::move(deltas));
+  const int64_t peak = probe.peakBytes() - base;
+  s.input_grad_bytes = storageBytes(gradients.inputs);
+  s.input_grad_sources = handed.sourcesOf(gradients.inputs);
+  s.parameter_grad_bytes = parameterGradBytes(runner, gradients);
+  s.lifted_gradients.clear();
+  for (const auto& [position, gradient] : gradients.lifted) {
+    s.lifted_gradients.emplace_back(runner.firstPosition(position), storageBytes({gradient}));
+  }
+  const auto& made = s.input_grad_sources.made_bytes;
+  return std::max<int64_t>(0, peak - std::accumulate(made.begin(), made.end(), int64_t{0}));
+}
+
+bool someAreNotContiguous(const Tensors& tensors) {
+  return std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) {
+    return t.defined() && t.requires_grad() && !t.is_contiguous();
+  });
+}
+
 // Memory of F∅/Fck, Fall and B of stage l (deterministic: measured once). Returns a^l.
 Tensors measureMemory(StageRunner& runner, int l, const Tensors& current,
                       probes::MemoryProbe& probe, StageProfile& s) {
@@ -69,24 +95,25 @@ Tensors measureMemory(StageRunner& runner, int l, const Tensors& current,
   RecordedStage recorded = runner.recordedForward(l, current);  // Fall: keeps abar^l
   s.recorded_bytes = probe.currentBytes() - base;
   s.forward_overhead_grad = std::max<int64_t>(0, probe.peakBytes() - base - s.recorded_bytes);
-  Tensors deltas = onesFor(recorded.outputs);
-  const HandedGradients handed(deltas);
-  base = probe.resetPeak();
-  // delta^l moved in, as the executor hands it over: B frees it once read, before its peak.
-  const StageGradients gradients = runner.backward(l, std::move(recorded), std::move(deltas));
-  const int64_t peak = probe.peakBytes() - base;
-  s.input_grad_bytes = storageBytes(gradients.inputs);
-  s.input_grad_sources = handed.sourcesOf(gradients.inputs);
-  s.parameter_grad_bytes = parameterGradBytes(runner, gradients);
-  for (const auto& [position, gradient] : gradients.lifted) {
-    s.lifted_gradients.emplace_back(runner.firstPosition(position), storageBytes({gradient}));
-  }
   // B holds the stage's parameter gradients at its end, with transients that may come before
   // them: ob covers both (once B is done they are wg's, held to the end of the chain's backward).
-  // Beside delta^l, B(l) adds what it makes (the gradients it hands on were there before).
-  const auto& made = s.input_grad_sources.made_bytes;
+  const bool other_layouts = someAreNotContiguous(recorded.outputs);
+  Tensors deltas = onesFor(recorded.outputs);
   s.backward_overhead =
-      std::max<int64_t>(0, peak - std::accumulate(made.begin(), made.end(), int64_t{0}));
+      measureBackward(runner, l, std::move(recorded), std::move(deltas), probe, s);
+  if (other_layouts) {
+    // An output laid out otherwise (a transposed view) may get its gradient contiguous from the B
+    // above (a matmul's), which B(l) reads back through the stage's views and may copy (a
+    // convolution's gradient made contiguous): measured that way too, ob is the larger.
+    StageProfile again;
+    RecordedStage second = runner.recordedForward(l, current);
+    Tensors contiguous;
+    for (const auto& d : onesFor(second.outputs))
+      contiguous.push_back(d.defined() ? d.contiguous() : d);
+    s.backward_overhead = std::max(
+        s.backward_overhead,
+        measureBackward(runner, l, std::move(second), std::move(contiguous), probe, again));
+  }
   return outputs;
 }
 
