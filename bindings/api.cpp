@@ -155,6 +155,8 @@ py::dict solutionInfo(const jitckpt::Plan& plan) {
   costs["of_nograd"] = s.costs.of_nograd.empty() ? s.costs.of : s.costs.of_nograd;
   costs["ob"] = s.costs.ob;
   costs["wg"] = s.costs.wg.empty() ? std::vector<int64_t>(s.costs.uf.size(), 0) : s.costs.wg;
+  costs["wd_handed"] =
+      s.costs.wd_handed.empty() ? std::vector<int64_t>(s.costs.uf.size(), 0) : s.costs.wd_handed;
   std::vector<int64_t> passed;
   for (int l = 0; l <= s.costs.length(); ++l) passed.push_back(s.costs.passedBytes(l));
   costs["wpass"] = passed;
