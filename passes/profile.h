@@ -32,7 +32,8 @@
 //            the executor hands it over, so that it goes once read (before B's peak, mostly).
 //            Parameter gradients are added into .grad one at a time as they are made (zeroed
 //            stand-ins while profiling, given back afterwards): the paper counts the .grad buffers
-//            as model memory, and the gradient in flight is a transient of B.
+//            as model memory, and the gradient in flight is a transient of B. Where a^l is not
+//            contiguous, the larger of B with delta^l laid out as a^l and with it contiguous.
 //   uf[l]    median over `repeats` recording forwards (after `warmup` full F+B rounds), ms.
 //   uf_nograd[l]  the same over forwards without recording (Fck, F∅: see solver/costs.h), ms.
 //   ub[l]    median over `repeats` backward calls, each after an untimed recording forward, ms.
