@@ -4,6 +4,7 @@
 
 #include <ATen/Functions.h>
 #include <ATen/SequenceNumber.h>
+#include <ATen/autocast_mode.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
 
@@ -29,15 +30,19 @@ bool contains(const std::vector<size_t>& list, size_t value) {
 //    an LSTM reads at every step: its gradient is summed in the autocast dtype), and empties the
 //    cache when it ends. What the stage's graph saved of its casts stays with the graph, counted
 //    in abar by the profile.
-//  - Other runs compute values only: with the cache off, a cast lives as long as the op that
-//    reads it, and none is left in the cache. (Cached, a cast made without grad would also be
-//    handed to a later use of the same weight under grad outside the chain, without its
-//    gradient.)
+//  - A run without grad (F∅, Fck) computes values only, and must compute those a recording run
+//    computes. PyTorch 2.x's matmul (and linear, which calls it) picks its kernel by whether the
+//    2-D operand requires grad, and a cast weight requires grad only when made under grad: such
+//    a run gets the casts of the weights it reads made under grad (castAsRecording), cached,
+//    and empties the cache when it ends. (None may stay: handed to a later use of the weight
+//    outside the chain, a cast of this run's would skip the caller's own.)
+//  - Other runs (inference) cast with the cache off: a cast lives as long as the op reading it.
 class AutocastScope {
  public:
-  AutocastScope(const AutocastState& call, bool records) : saved_(AutocastState::current()) {
+  enum class Casts { Uncached, AsTheCaller, CachedForTheStage };
+  AutocastScope(const AutocastState& call, Casts casts) : saved_(AutocastState::current()) {
     AutocastState stage = call;
-    stage.cache = call.cache && records;
+    stage.cache = casts == Casts::CachedForTheStage || (casts == Casts::AsTheCaller && call.cache);
     clears_ = stage.cache && (call.cpu || call.cuda);
     active_ = !stage.sameCasts(saved_) || stage.cache != saved_.cache;
     if (active_) stage.makeCurrent();
@@ -68,13 +73,34 @@ bool holdsTensorRequiringGrad(const c10::IValue& v) {
 
 }  // namespace
 
+std::optional<c10::DeviceType> StageRunner::autocastDevice() const {
+  const auto device = chainDevice(arguments_);
+  if (device && ((device->is_cpu() && autocast_.cpu) || (device->is_cuda() && autocast_.cuda)))
+    return device->type();
+  return std::nullopt;
+}
+
+void StageRunner::castAsRecording(int l, const torch::jit::Stack& stack, size_t first_lifted) {
+  const c10::DeviceType device = *autocastDevice();
+  const c10::ScalarType dtype =
+      device == c10::DeviceType::CPU ? autocast_.cpu_dtype : autocast_.cuda_dtype;
+  c10::AutoGradMode recording(true);
+  for (size_t j : stages_->castLifted(l)) {
+    const c10::IValue& v = stack.at(first_lifted + j);
+    if (!v.isTensor()) continue;
+    const at::Tensor& weight = v.toTensor();
+    // What autocast caches: float32 leaves that require grad, not views.
+    if (weight.defined() && weight.requires_grad() && weight.is_leaf() && !weight.is_view() &&
+        weight.scalar_type() == at::kFloat)
+      at::autocast::cached_cast(dtype, weight, device);
+  }
+}
+
 // Under autocast the unmodified model casts a weight once per autocast region and sums the
 // gradients of its uses in the autocast dtype; the stages keep autocast's cache to themselves
 // (AutocastScope), so a weight that several stages cast gets those parts summed in float32.
 void StageRunner::warnOfWeightsCastBySeveralStages() const {
-  const auto device = chainDevice(arguments_);
-  if (!device || !((device->is_cpu() && autocast_.cpu) || (device->is_cuda() && autocast_.cuda)))
-    return;
+  if (!autocastDevice()) return;
   std::unordered_map<size_t, int> first_stage;  // first position -> the first stage casting it
   for (int l = 1; l <= stages_->size(); ++l) {
     for (size_t j : stages_->castLifted(l)) {
@@ -260,7 +286,12 @@ Tensors StageRunner::run(int l, const Tensors& activations, Mode mode,
     }
   }
   try {
-    const AutocastScope autocast(autocast_, mode == Mode::Record);
+    const bool casts_as_recording = mode == Mode::Forward && autocastDevice();
+    const AutocastScope autocast(autocast_, mode == Mode::Record ? AutocastScope::Casts::AsTheCaller
+                                            : casts_as_recording
+                                                ? AutocastScope::Casts::CachedForTheStage
+                                                : AutocastScope::Casts::Uncached);
+    if (casts_as_recording) castAsRecording(l, stack, activations.size());
     torch::jit::InterpreterState(stages_->code(l)).run(stack);
   } catch (const std::exception& e) {  // c10::Error, and the interpreter's own errors
     if (resume) resume->restore();

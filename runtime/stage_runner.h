@@ -162,6 +162,11 @@ class StageRunner {
   at::Tensor valueAtFirstRun(int l, size_t j, bool first_run);
   void keepEntryValues();
   void warnOfWeightsCastBySeveralStages() const;
+  // The chain's device type where the call's autocast casts on it.
+  std::optional<c10::DeviceType> autocastDevice() const;
+  // Puts in autocast's cache the casts, made under grad, of the weights stage l casts, which
+  // `stack` holds from `first_lifted` on (AutocastScope in stage_runner.cpp says why).
+  void castAsRecording(int l, const torch::jit::Stack& stack, size_t first_lifted);
 
   std::shared_ptr<const ChainStages> stages_;
   ChainArguments arguments_;
