@@ -28,6 +28,10 @@ inline bool hasGradientHooks(torch::autograd::Node& n) {
 #endif
 }
 
+// PyTorch 2.x's matmul folds a 3-D operand into an mm, or runs a bmm, by whether the 2-D operand
+// requires grad (runtime/weight_operands.h); 1.13's does not look.
+constexpr bool kMatmulFoldsByRequiresGrad = TORCH_VERSION_MAJOR >= 2;
+
 // The calling thread's autocast state (torch.autocast on the CPU and CUDA). 2.4 replaced the
 // per-device functions of 1.13 by functions that take the device type.
 struct AutocastState {

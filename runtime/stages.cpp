@@ -10,6 +10,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "runtime/compat.h"
+#include "runtime/weight_operands.h"
+
 namespace jitckpt {
 namespace {
 
@@ -250,7 +253,14 @@ ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<Lifte
     }
     cast_lifted_.push_back(std::move(cast));
     random_.push_back(containsNode(stage.graph->block(), drawsRandomNumbers));
-    autograd_kernels_.push_back(containsNode(stage.graph->block(), choosesKernelByAutograd));
+    std::vector<bool> may_require_grad;
+    for (size_t k : stage.lifted)
+      may_require_grad.push_back(lifted_[k].kind == LiftedKind::Parameter ||
+                                 lifted_[k].kind == LiftedKind::Side);
+    autograd_kernels_.push_back(
+        containsNode(stage.graph->block(), choosesKernelByAutograd) ||
+        (kMatmulFoldsByRequiresGrad &&
+         multipliesByAComputedWeight(*stage.graph, stage.num_activation_inputs, may_require_grad)));
     stages_.push_back(std::move(stage));
   }
   NeverRequiresGrad never_requires_grad(stages_);

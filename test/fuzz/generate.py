@@ -552,7 +552,10 @@ def _build(spec: Spec):
     if spec.get("tied") and K == "tokens" and not n:
         if st["c"] != W:
             z = f"{m.mod('head_proj', lin(st['c'], W))}({z})"
-        m(f"logits = F.linear({z}, self.embed.weight)")
+        # Tied heads are written both ways: a linear reads the weight itself, a matmul its transpose
+        # (a weight computed in the stage); the form follows the vocabulary, not a new draw.
+        m(f"logits = torch.matmul({z}, self.embed.weight.t())" if spec["vocab"] % 2 else
+          f"logits = F.linear({z}, self.embed.weight)")
         k = spec["vocab"]
     else:
         m(f"logits = {m.mod('head', conv(n, st['c'], k, 1) if dense and n else lin(st['c'], k))}({z})")
