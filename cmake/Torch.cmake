@@ -33,3 +33,13 @@ function(jitckpt_torch_pch target)
     target_precompile_headers(${target} PRIVATE <torch/script.h>)
   endif()
 endfunction()
+
+# jitckpt_torch_unity(target): the target's sources compile in batches of 8, which instantiate the
+# torch headers' templates once per batch instead of once per file (the libraries, whose files are
+# many and small; test files, which define helpers of the same names, each compile alone).
+# -DCMAKE_UNITY_BUILD=OFF (or =ON for every target) overrides it.
+function(jitckpt_torch_unity target)
+  if(NOT DEFINED CMAKE_UNITY_BUILD)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+  endif()
+endfunction()
