@@ -81,7 +81,7 @@ std::optional<c10::DeviceType> StageRunner::autocastDevice() const {
 }
 
 void StageRunner::castAsRecording(int l, const torch::jit::Stack& stack, size_t first_lifted) {
-  const c10::DeviceType device = *autocastDevice();
+  const c10::DeviceType device = *autocast_device_;
   const c10::ScalarType dtype =
       device == c10::DeviceType::CPU ? autocast_.cpu_dtype : autocast_.cuda_dtype;
   c10::AutoGradMode recording(true);
@@ -100,7 +100,7 @@ void StageRunner::castAsRecording(int l, const torch::jit::Stack& stack, size_t 
 // gradients of its uses in the autocast dtype; the stages keep autocast's cache to themselves
 // (AutocastScope), so a weight that several stages cast gets those parts summed in float32.
 void StageRunner::warnOfWeightsCastBySeveralStages() const {
-  if (!autocastDevice()) return;
+  if (!autocast_device_) return;
   std::unordered_map<size_t, int> first_stage;  // first position -> the first stage casting it
   for (int l = 1; l <= stages_->size(); ++l) {
     for (size_t j : stages_->castLifted(l)) {
@@ -131,7 +131,8 @@ StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArgumen
       first_write_(arguments_.lifted_tensors.size(), 0),
       last_write_(arguments_.lifted_tensors.size(), 0),
       first_run_values_(stages_->size() + 1),
-      autocast_(AutocastState::current()) {
+      autocast_(AutocastState::current()),
+      autocast_device_(autocastDevice()) {
   TORCH_CHECK(arguments_.lifted_tensors.size() == stages_->numLiftedTensors() &&
                   arguments_.lifted_scalars.size() == stages_->numLiftedScalars(),
               "jitckpt::chain: the plan expects ", stages_->numLiftedTensors(),
@@ -286,11 +287,11 @@ Tensors StageRunner::run(int l, const Tensors& activations, Mode mode,
     }
   }
   try {
-    const bool casts_as_recording = mode == Mode::Forward && autocastDevice();
-    const AutocastScope autocast(autocast_, mode == Mode::Record ? AutocastScope::Casts::AsTheCaller
-                                            : casts_as_recording
-                                                ? AutocastScope::Casts::CachedForTheStage
-                                                : AutocastScope::Casts::Uncached);
+    using Casts = AutocastScope::Casts;
+    const bool casts_as_recording = mode == Mode::Forward && autocast_device_;
+    const AutocastScope autocast(autocast_, mode == Mode::Record ? Casts::AsTheCaller
+                                            : casts_as_recording ? Casts::CachedForTheStage
+                                                                 : Casts::Uncached);
     if (casts_as_recording) castAsRecording(l, stack, activations.size());
     torch::jit::InterpreterState(stages_->code(l)).run(stack);
   } catch (const std::exception& e) {  // c10::Error, and the interpreter's own errors

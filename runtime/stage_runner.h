@@ -188,6 +188,7 @@ class StageRunner {
   // The caller's autocast state when the runner was made (the call), under which every run of a
   // stage runs, also in the backward, where autograd's thread has its own.
   AutocastState autocast_;
+  std::optional<c10::DeviceType> autocast_device_;  // autocastDevice(), once: runs read it
 };
 
 }  // namespace jitckpt

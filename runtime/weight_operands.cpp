@@ -11,8 +11,8 @@ using Values = std::unordered_set<const torch::jit::Value*>;
 bool isTensor(const torch::jit::Value* v) { return v->type()->kind() == c10::TypeKind::TensorType; }
 
 // Adds to `computed` the tensors of `block` made from `parameters` (the lifted tensors that may
-// require grad) and computed values alone, and
-// says whether a matmul or linear reads one of them as an operand.
+// require grad) and computed values alone, and says whether a matmul or linear reads one of them
+// as an operand.
 bool walk(const torch::jit::Block* block, const Values& parameters, Values& computed) {
   auto fromParameters = [&](const torch::jit::Value* v) {
     return parameters.count(v) > 0 || computed.count(v) > 0;
