@@ -135,10 +135,11 @@ bool groupsStages() {
 }
 
 // Under autocast each stage keeps its casts of the weights only while it runs, as the plan
-// counts them; a group would keep those of all its stages while it runs.
+// counts them, in a group too.
 RunAs trainingRun() {
+  if (!groupsStages()) return RunAs::EveryStage;
   const AutocastState autocast = AutocastState::current();
-  return groupsStages() && !autocast.cpu && !autocast.cuda ? RunAs::Grouped : RunAs::EveryStage;
+  return autocast.cpu || autocast.cuda ? RunAs::GroupedUnderAutocast : RunAs::Grouped;
 }
 
 struct ChainFunction : public torch::autograd::Function<ChainFunction> {

@@ -16,7 +16,8 @@ using torch::jit::Graph;
 using torch::jit::Value;
 
 // Per stage k (1..L-1): whether stage k + 1 may join stage k under `schedule`.
-std::vector<bool> mayJoin(const ChainStages& stages, const solver::Schedule& schedule) {
+std::vector<bool> mayJoin(const ChainStages& stages, const solver::Schedule& schedule,
+                          StageCasts casts) {
   const int L = stages.size();
   std::vector<bool> records_only(static_cast<size_t>(L) + 1, true);  // every forward is Fall
   for (const auto& op : schedule) {
@@ -26,14 +27,17 @@ std::vector<bool> mayJoin(const ChainStages& stages, const solver::Schedule& sch
   }
   auto unsafe = [&](int l) { return stages.hasAutogradDependentKernels(l) && !records_only[l]; };
   std::vector<bool> may(static_cast<size_t>(L), false);
-  for (int k = 1; k < L; ++k)
-    may[k] = !stages.stage(k + 1).writes_activation_input && !unsafe(k) && !unsafe(k + 1);
+  const bool records_to_join = casts == StageCasts::EndWithEachStage;
+  for (int k = 1; k < L; ++k) {
+    may[k] = !stages.stage(k + 1).writes_activation_input && !unsafe(k) && !unsafe(k + 1) &&
+             (!records_to_join || (records_only[k] && records_only[k + 1]));
+  }
   return may;
 }
 
 // Stages first..last as one: their graphs one after the other, each reading the outputs of the
 // one before and one graph input per lifted value, in the order the stages first read them.
-StageSpec joinedStage(const ChainStages& stages, int first, int last) {
+StageSpec joinedStage(const ChainStages& stages, int first, int last, StageCasts casts) {
   const StageSpec& head = stages.stage(first);
   StageSpec joined;
   joined.graph = std::make_shared<Graph>();
@@ -65,6 +69,9 @@ StageSpec joinedStage(const ChainStages& stages, int first, int last) {
     std::vector<Value*> inputs = activations;
     for (size_t k : stage.lifted) inputs.push_back(lifted_inputs.at(k));
     activations = torch::jit::insertGraph(*joined.graph, *stage.graph, inputs);
+    if (casts == StageCasts::EndWithEachStage && l < last)
+      joined.graph->insertNode(joined.graph->create(c10::Symbol::fromQualString(kEndOfStageCasts),
+                                                    /*num_outputs=*/0));
   }
   for (Value* v : activations) joined.graph->registerOutput(v);
   return joined;
@@ -73,15 +80,17 @@ StageSpec joinedStage(const ChainStages& stages, int first, int last) {
 }  // namespace
 
 GroupedChain groupStages(const std::shared_ptr<const ChainStages>& stages,
-                         const solver::Schedule& schedule) {
+                         const solver::Schedule& schedule, StageCasts casts) {
   const int L = stages->size();
-  const solver::StageGroups groups = solver::groupStages(schedule, L, mayJoin(*stages, schedule));
+  const solver::StageGroups groups =
+      solver::groupStages(schedule, L, mayJoin(*stages, schedule, casts));
   if (groups.size() == L) return {stages, schedule, groups.first};
   std::vector<StageSpec> specs;
   for (int g = 0; g < groups.size(); ++g) {
     const int first = groups.first[g];
     const int last = solver::lastStageOf(groups.first, static_cast<size_t>(g), L);
-    specs.push_back(first == last ? stages->stage(first) : joinedStage(*stages, first, last));
+    specs.push_back(first == last ? stages->stage(first)
+                                  : joinedStage(*stages, first, last, casts));
   }
   return {std::make_shared<const ChainStages>(specs, stages->lifted()), groups.schedule,
           groups.first};

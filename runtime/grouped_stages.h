@@ -20,11 +20,22 @@ struct GroupedChain {
   std::vector<int> first;     // the first planned stage of each stage of `stages` (1-based)
 };
 
+// Ends the casts of one stage inside a group run under autocast: empties autocast's cache of cast
+// weights (registered in register.cpp), as the end of a stage run apart does.
+constexpr const char* kEndOfStageCasts = "jitckpt::end_of_stage_casts";
+
+// Whether a group run keeps autocast's cache of cast weights to each of its stages: under
+// autocast the plan counts each stage's casts while that stage runs only.
+enum class StageCasts { Shared, EndWithEachStage };
+
 // A stage joins the one before it unless it writes its activation input in place (it runs on a
 // copy, which the joined graph would not make), or either holds kernels that depend on the
 // autograd state and the schedule runs it without recording (F∅ and Fck record such a stage
-// alone and drop its graph). Returns `stages` itself where nothing joins.
+// alone and drop its graph). With EndWithEachStage, only stages the schedule always records join
+// (a run without grad casts its stage's weights up front, StageRunner::castAsRecording), and the
+// joined graph ends each stage's casts before the next stage's ops. Returns `stages` itself where
+// nothing joins.
 GroupedChain groupStages(const std::shared_ptr<const ChainStages>& stages,
-                         const solver::Schedule& schedule);
+                         const solver::Schedule& schedule, StageCasts casts = StageCasts::Shared);
 
 }  // namespace jitckpt

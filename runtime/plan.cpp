@@ -12,7 +12,7 @@ namespace jitckpt {
 
 struct RunnableChains {
   std::mutex mutex;
-  std::shared_ptr<const GroupedChain> chains[3];
+  std::shared_ptr<const GroupedChain> chains[4];  // one per RunAs
 };
 
 Plan::Plan(std::shared_ptr<const ChainStages> stages, Solution solution)
@@ -52,8 +52,11 @@ std::shared_ptr<const GroupedChain> Plan::chainToRun(RunAs how) const {
       break;
     }
     case RunAs::Grouped:
+    case RunAs::GroupedUnderAutocast:
       TORCH_INTERNAL_ASSERT(!solution_.deferred, "jitckpt: a deferred plan has no schedule to run");
-      chain = std::make_shared<const GroupedChain>(groupStages(stages_, solution_.schedule));
+      chain = std::make_shared<const GroupedChain>(
+          groupStages(stages_, solution_.schedule,
+                      how == RunAs::Grouped ? StageCasts::Shared : StageCasts::EndWithEachStage));
       break;
     case RunAs::Inference: {
       // Straight through: the schedule of no checkpointing groups every stage that may join.

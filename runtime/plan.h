@@ -56,8 +56,9 @@ class PlanVariants;
 struct RunnableChains;
 
 // How a call runs the chain: every stage apart under the schedule, stages the schedule runs
-// together as one (grouped_stages.h), or straight through without a schedule (inference).
-enum class RunAs { EveryStage, Grouped, Inference };
+// together as one (grouped_stages.h; under autocast, each keeping its casts to itself), or
+// straight through without a schedule (inference).
+enum class RunAs { EveryStage, Grouped, GroupedUnderAutocast, Inference };
 
 class Plan : public torch::CustomClassHolder {
  public:

@@ -1,8 +1,12 @@
 // Registers the runtime with TorchScript when libjitckpt_runtime loads: the jitckpt.Plan class
-// (printable, picklable) and the jitckpt::chain op with its kernels (chain_op.h).
+// (printable, picklable), the jitckpt::chain op with its kernels (chain_op.h), and the op that
+// ends a stage's casts inside a group run under autocast (grouped_stages.h).
+#include <ATen/autocast_mode.h>
+#include <torch/csrc/jit/runtime/custom_operator.h>
 #include <torch/library.h>
 
 #include "runtime/chain_op.h"
+#include "runtime/grouped_stages.h"
 #include "runtime/plan.h"
 
 namespace jitckpt {
@@ -51,6 +55,14 @@ TORCH_LIBRARY(jitckpt, m) {
                     "__torch__.torch.classes.jitckpt.Plan plan) -> Tensor[]",
                     c10::AliasAnalysisKind::CONSERVATIVE));
 }
+
+namespace {
+// An interpreter op (no tensor to dispatch on); conservative, so that no pass drops it.
+const torch::jit::RegisterOperators end_of_stage_casts({torch::jit::Operator(
+    std::string(kEndOfStageCasts) + "() -> ()",
+    [](torch::jit::Stack&) { at::autocast::clear_cache(); },
+    c10::AliasAnalysisKind::CONSERVATIVE)});
+}  // namespace
 
 TORCH_LIBRARY_IMPL(jitckpt, Autograd, m) { m.impl("chain", chainAutograd); }
 TORCH_LIBRARY_IMPL(jitckpt, CPU, m) { m.impl("chain", chainInference); }

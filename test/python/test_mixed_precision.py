@@ -125,6 +125,25 @@ def test_trains_bit_for_bit_within_the_limit_at_the_smallest_limit(family, defer
         f"(x{peak / info['memory_limit']:.3f}, {info['num_stages']} stages)"
 
 
+def test_no_limit_runs_as_one_group_bit_for_bit_within_the_predicted_peak(family):
+    """With no limit the chain runs as one group under autocast too, its stages' casts ending with
+    each stage inside it, as the plan counts them."""
+    family, dtype, reference = family
+    with autocast(dtype):
+        model = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=None, profile_repeats=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert_same_training(f"{family.name} under autocast to {dtype}, no limit", reference,
+                             train(model, family.inputs, family.loss, dtype=dtype))
+    info = jitckpt.plan(model)
+    with torch.profiler.profile() as profile:
+        train(model, family.inputs, family.loss, steps=1, dtype=dtype)
+    assert sum(1 for event in profile.events() if event.name == "jitckpt::Fall") == 1
+    peak = step_peak(model, family.inputs, dtype)
+    assert peak <= info["predicted_peak"] * 1.02 + 8 * 1024, \
+        f"{family.name}, {dtype}: measured peak {peak} bytes, predicted {info['predicted_peak']}"
+
+
 class WideMLP(nn.Module):
     """Weights far larger than the activations: the bfloat16 casts of all of them at once are
     nearly half the smallest limit (which holds the float32 parameter gradients)."""
