@@ -9,7 +9,8 @@ equal, the step is bound by the host, and every microsecond of per-stage bookkee
     PYTHONPATH=build-cuda/python:bench python3 bench/host_overhead.py inception_v3:500:8 resnet101:1000:2
 
 Arguments: model:image:batch (test/models/zoo.py names). --profile DIR also writes torch.profiler tables
-(self CPU and self CUDA time per op) of one step of plain and of jitckpt per model.
+(self CPU and self CUDA time per op) of one step of plain and of jitckpt per model. --autocast
+bfloat16 (or float16) plans and runs every forward under torch.autocast to that dtype.
 """
 import argparse
 import os
@@ -57,6 +58,17 @@ def profile_tables(steps, device: str, path: str) -> None:
             f.write(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=30))
 
 
+def under_autocast(model, device: str, dtype):
+    """The model's forward under torch.autocast (the backward outside it, as training loops run)."""
+    if dtype is None:
+        return model
+
+    def forward(x):
+        with torch.autocast(device.split(":")[0], dtype):
+            return model(x)
+    return forward
+
+
 def stages_apart(step):
     """The same rewritten module with every stage run apart (JITCKPT_GROUP_STAGES=0, read at each
     call): what grouping the stages saves."""
@@ -76,7 +88,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--eager", action="store_true", help="also time the eager model")
     parser.add_argument("--profile", default="", help="folder for torch.profiler tables")
+    parser.add_argument("--autocast", choices=["bfloat16", "float16"], help="forward under torch.autocast")
     args = parser.parse_args()
+    dtype = getattr(torch, args.autocast) if args.autocast else None
     warnings.filterwarnings("ignore")
     for experiment in args.experiments:
         name, image, batch = experiment.split(":")
@@ -85,18 +99,21 @@ def main() -> None:
         x = torch.randn(int(batch), 3, int(image), int(image), device=args.device)
         parameters = list(scripted.parameters())
         start = time.perf_counter()
-        rewritten = jitckpt.checkpoint(scripted, (x,), memory_limit=None)
+        with torch.autocast(args.device.split(":")[0], dtype or torch.bfloat16, enabled=dtype is not None):
+            rewritten = jitckpt.checkpoint(scripted, (x,), memory_limit=None)
         planned = time.perf_counter() - start
-        steps = {"plain": make_step(scripted, x, parameters), "jitckpt": make_step(rewritten, x, parameters)}
+        steps = {"plain": make_step(under_autocast(scripted, args.device, dtype), x, parameters),
+                 "jitckpt": make_step(under_autocast(rewritten, args.device, dtype), x, parameters)}
         steps["jitckpt-apart"] = stages_apart(steps["jitckpt"])
         steps["plain-noopt"] = without_optimizing_executor(steps["plain"])
         if args.eager:
-            steps["eager"] = make_step(eager, x, parameters)
+            steps["eager"] = make_step(under_autocast(eager, args.device, dtype), x, parameters)
         for step in steps.values():
             for _ in range(4):  # gradients, TorchScript's profiling runs
                 step()
         per_run = steps_per_run(steps["plain"], args.device, 0.5)
-        print(f"{experiment}: planned in {planned:.1f} s, {per_run} steps a run", flush=True)
+        precision = f", under autocast to {args.autocast}" if dtype else ""
+        print(f"{experiment}{precision}: planned in {planned:.1f} s, {per_run} steps a run", flush=True)
         for key, step in steps.items():
             line = f"  {key:12s} host {{:.1f}} ms, step {{:.1f}} ms".format(*host_and_step_ms(step, args.device))
             if key != "plain":
