@@ -23,8 +23,9 @@
 # batch: bench/user_story.py); peers-bfloat16 (GPT against torch.compile's memory budgets and
 # selective checkpointing at equal peak: bench/peers.py); families (float32); host-overhead
 # (jitckpt unconstrained against plain where the host bounds the step, with profiler tables:
-# bench/host_overhead.py); transformers (bench/transformer_bench.py); peers (float32);
-# paper-resnet (the paper's protocol on one ResNet: bench/models_bench.py).
+# bench/host_overhead.py); host-overhead-bfloat16 (the same under bfloat16 autocast);
+# transformers (bench/transformer_bench.py); peers (float32); paper-resnet (the paper's protocol
+# on one ResNet: bench/models_bench.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -99,6 +100,8 @@ step families 80 "$python" test/cuda/check_families.py --device "$device" \
   --out "$out/families.json" "${families[@]}"
 step host-overhead 90 "$python" bench/host_overhead.py --device "$device" \
   --profile "$out/profile" "${host[@]}"
+step host-overhead-bfloat16 90 "$python" bench/host_overhead.py --device "$device" \
+  --autocast bfloat16 "${host[@]}"
 step transformers 60 "$python" bench/transformer_bench.py --device "$device" \
   "${transformers[@]}" --out "$out/transformers.csv"
 step peers 150 "$python" bench/peers.py --device "$device" "${peers[@]}" --out "$out/peers"
