@@ -7,8 +7,8 @@
 # less than 30 s left is skipped. Exits 1 when any step failed.
 #
 #   scripts/gpu-suite.sh [--seconds S] [--from STEP] [OUT]
-#                           on the GPU machine (CXX defaults to /usr/bin/g++: the machines'
-#                           default c++ links libstdc++ statically); --from STEP starts at that
+#                           on the GPU machine (builds with /usr/bin/g++, or JITCKPT_CXX: the
+#                           machines' CXX and c++ link libstdc++ statically); --from STEP starts at that
 #                           step (a second call, with the build kept, for what the first skipped)
 #   scripts/gpu-suite.sh --dry-run [OUT]
 #                           here: the same steps on the CPU, with build/ (built by scripts/test.sh;
@@ -80,10 +80,10 @@ if [ "$dry" = 1 ]; then
   transformers=(--size small --steps 1 --run-steps 1)
 else
   python=${PYTHON:-python3} device=cuda
-  export CXX=${CXX:-/usr/bin/g++} PYTHONPATH=$PWD/build-cuda/python
-  families=() host=(resnet1001:224:2 densenet121:500:8)
+  export CXX=${JITCKPT_CXX:-/usr/bin/g++} PYTHONPATH=$PWD/build-cuda/python
+  families=() host=(--rounds 3 resnet1001:224:2 densenet121:500:8)
   story=(--seconds 20 --peers full,ops-half --compile-budgets "")
-  peers=(--models gpt --size large --rounds 3 --limits 0.5 --sac full,ops-half --compile-budgets 0.3)
+  peers=(--models gpt --size large --rounds 2 --no-pair --limits 0.5 --sac full,ops-half --compile-budgets 0.3)
   resnet=(--model resnet101 --image 1000 --batch 2 --runs 3 --paired-rounds 3 --limits 4 --segment-counts 5
     --compile-budgets "")
   transformers=(--size large)
@@ -98,9 +98,9 @@ step peers-bfloat16 150 "$python" bench/peers.py --device "$device" --autocast b
   --out "$out/peers"
 step families 80 "$python" test/cuda/check_families.py --device "$device" \
   --out "$out/families.json" "${families[@]}"
-step host-overhead 90 "$python" bench/host_overhead.py --device "$device" \
+step host-overhead 120 "$python" bench/host_overhead.py --device "$device" \
   --profile "$out/profile" "${host[@]}"
-step host-overhead-bfloat16 90 "$python" bench/host_overhead.py --device "$device" \
+step host-overhead-bfloat16 120 "$python" bench/host_overhead.py --device "$device" \
   --autocast bfloat16 "${host[@]}"
 step transformers 60 "$python" bench/transformer_bench.py --device "$device" \
   "${transformers[@]}" --out "$out/transformers.csv"
