@@ -267,9 +267,12 @@ void defineCheckpointApi(py::module_& m) {
         [] { return jitckpt::probes::CountingAllocator::instance().resetPeak(); });
   m.def("cpu_allocations",
         [] { return jitckpt::probes::CountingAllocator::instance().allocations(); });
-  // Tests only: the n-th CPU allocation from now fails (needs start_cpu_memory_counting).
   // Tests only: the available memory that memory_limit "auto" sees (-1: measure it again).
   m.def("set_available_memory_for_testing", &jitckpt::probes::setAvailableMemoryForTesting);
+  // Tests only: the n-th CPU allocation from now fails (needs start_cpu_memory_counting).
   m.def("fail_cpu_allocation",
         [](int64_t n) { jitckpt::probes::CountingAllocator::instance().failAllocation(n); });
+  // Tests only: CPU allocations count in whole blocks of this many bytes (512: as on CUDA).
+  m.def("set_cpu_allocation_block_for_testing",
+        [](int64_t bytes) { jitckpt::probes::CountingAllocator::instance().setBlockBytes(bytes); });
 }

@@ -6,7 +6,15 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "runtime/probes/memory_probe.h"
+
 namespace jitckpt {
+namespace {
+// What the storage takes from its device's allocator, as the memory probe counts it.
+int64_t allocatedBytes(const c10::Storage& storage) {
+  return probes::allocatedBytes(storage.device(), static_cast<int64_t>(storage.nbytes()));
+}
+}  // namespace
 
 int64_t storageBytes(const Tensors& tensors) {
   std::unordered_set<const void*> seen;
@@ -14,7 +22,7 @@ int64_t storageBytes(const Tensors& tensors) {
   for (const auto& t : tensors) {
     if (!t.defined() || !t.has_storage()) continue;
     if (seen.insert(t.storage().unsafeGetStorageImpl()).second) {
-      bytes += static_cast<int64_t>(t.storage().nbytes());
+      bytes += allocatedBytes(t.storage());
     }
   }
   return bytes;
@@ -40,8 +48,7 @@ void SpanTracker::add(int l, const Tensors& activation) {
     const void* key = t.storage().unsafeGetStorageImpl();
     if (next.count(key)) continue;
     auto found = held_.find(key);
-    next[key] =
-        found != held_.end() ? found->second : Held{l, static_cast<int64_t>(t.storage().nbytes())};
+    next[key] = found != held_.end() ? found->second : Held{l, allocatedBytes(t.storage())};
   }
   for (const auto& [key, held] : held_) {
     if (!next.count(key)) end(held, l - 1);
@@ -82,7 +89,7 @@ GradientSources HandedGradients::sourcesOf(const Tensors& input_grads) const {
       }
       if (from < 0) {
         auto [it, added] = made.emplace(key, static_cast<int>(sources.made_bytes.size()));
-        if (added) sources.made_bytes.push_back(static_cast<int64_t>(t.storage().nbytes()));
+        if (added) sources.made_bytes.push_back(allocatedBytes(t.storage()));
         index = it->second;
       }
     }

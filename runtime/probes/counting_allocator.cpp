@@ -39,6 +39,16 @@ void CountingAllocator::onFree(int64_t nbytes) {
   current_.fetch_sub(nbytes);
 }
 
+int64_t CountingAllocator::countedBytes(int64_t nbytes) const {
+  const int64_t block = block_bytes_.load();
+  return (nbytes + block - 1) / block * block;
+}
+
+void CountingAllocator::setBlockBytes(int64_t bytes) {
+  TORCH_CHECK(bytes >= 1, "counting allocator: a block of ", bytes, " bytes; give 1 or more");
+  block_bytes_.store(bytes);
+}
+
 int64_t CountingAllocator::resetPeak() {
   const int64_t now = current_.load();
   peak_.store(now);
@@ -92,7 +102,7 @@ c10::DataPtr CountingAllocator::allocate(size_t nbytes) JITCKPT_ALLOCATE_CONST {
   if (nbytes == 0) return data;  // nothing to count; the default allocator returns nullptr
   void* address = const_cast<void*>(static_cast<const void*>(data.get()));
   const c10::Device device = data.device();
-  const auto size = static_cast<int64_t>(nbytes);
+  const int64_t size = countedBytes(static_cast<int64_t>(nbytes));
   // allocate() is const on LibTorch < 2.3; the counters are atomics, the map has its mutex.
   const c10::DeleterFnPtr inner_raw = inner->raw_deleter();
   if (inner_raw != nullptr && data.get_context() == address && data.get_deleter() == inner_raw) {

@@ -1,7 +1,8 @@
 // Counting CPU allocator: wraps the CPU allocator that was installed before it and counts the
 // bytes of every live CPU allocation, exactly and deterministically (requested sizes, not
-// malloc's rounding). Installed with c10::SetCPUAllocator by CountingAllocatorGuard, which
-// restores the previous allocator when it goes out of scope.
+// malloc's rounding; tests may have each rounded up to a block, as CUDA's caching allocator does).
+// Installed with c10::SetCPUAllocator by CountingAllocatorGuard, which restores the previous
+// allocator when it goes out of scope.
 //
 // What it sees: everything that goes through c10::GetCPUAllocator() (at::empty and every ATen CPU
 // kernel's outputs and temporaries, autograd's saved tensors and gradients). What it does not
@@ -45,6 +46,13 @@ class CountingAllocator final : public c10::Allocator {
   // with nbytes > 0) throws a c10::Error instead of allocating; 0 cancels. Once only.
   void failAllocation(int64_t n) { fail_countdown_.store(n); }
 
+  // What an allocation of nbytes counts: nbytes rounded up to whole blocks (1 byte unless set).
+  int64_t countedBytes(int64_t nbytes) const;
+  // For tests: count each allocation in whole blocks of `bytes` (512: as CUDA's caching allocator
+  // does), so that CPU runs check the sizes that CUDA's would. Allocations already live keep the
+  // count they were made with.
+  void setBlockBytes(int64_t bytes);
+
   // The allocator that allocate() forwards to (the one installed before the first guard).
   c10::Allocator* inner() const { return inner_.load(); }
 
@@ -62,6 +70,7 @@ class CountingAllocator final : public c10::Allocator {
   std::atomic<int64_t> allocations_{0};
   std::atomic<int64_t> frees_{0};
   std::atomic<int64_t> fail_countdown_{0};
+  std::atomic<int64_t> block_bytes_{1};
   // Raw allocations (context == data): their sizes and the inner deleter, by address.
   struct RawEntry {
     int64_t nbytes;

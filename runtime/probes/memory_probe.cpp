@@ -22,6 +22,14 @@ class CpuMemoryProbe final : public MemoryProbe {
 
 }  // namespace
 
+int64_t allocatedBytes(c10::Device device, int64_t nbytes) {
+  if (nbytes <= 0) return 0;
+  if (device.is_cpu()) return CountingAllocator::instance().countedBytes(nbytes);
+  if (!device.is_cuda()) return nbytes;
+  constexpr int64_t kCudaBlockBytes = 512;  // the caching allocator's kMinBlockSize
+  return (nbytes + kCudaBlockBytes - 1) / kCudaBlockBytes * kCudaBlockBytes;
+}
+
 [[noreturn]] void failUnmeasurable(c10::Device device) {
 #ifndef JITCKPT_CUDA
   TORCH_CHECK(!device.is_cuda(), "jitckpt was built without CUDA (its LibTorch has none), so ",

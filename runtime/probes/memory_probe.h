@@ -24,6 +24,12 @@ class MemoryProbe {
   virtual int64_t resetPeak() = 0;
 };
 
+// The bytes that the allocator of `device` counts for a storage of `nbytes`, as its probe measures
+// them: the counting allocator's on the CPU, whole 512-byte blocks on CUDA. Sizes the profile
+// reads off tensors rather than measures (outputs, gradients) go through it, so that they add up
+// with what the probe measured; else each small tensor is a block short on CUDA.
+int64_t allocatedBytes(c10::Device device, int64_t nbytes);
+
 // On the CPU the probe installs the counting allocator for its own lifetime (see
 // counting_allocator.h): create it before the tensors whose frees it must see. Throws for CUDA
 // when jitckpt was built without CUDA, and for any other device type.

@@ -1,6 +1,10 @@
 """Every model family of test/models/families.py ("test" sizes) on a CUDA GPU: stages, the smallest
 limit that works, training bit for bit against the unmodified model (3 steps: outputs, gradients,
-buffers), and the measured CUDA peak of a step against the limit.
+buffers), and the measured CUDA peak of a step against the limit, with a loss that holds nothing
+beside the output's gradient (the limit is the model's; a cross-entropy's own tensors come on
+top). A family fails where it differs from a reference that repeats itself, or where its peak is
+over the limit by more than SLACK (the loss's scalars and the small tensors made before the
+chain, which the plan does not count: test_allocator_blocks.py).
 
     PYTHONPATH=build-cuda/python python3 test/cuda/check_families.py [--out FILE.json]
         [--autocast bfloat16|float16] [--device cpu] [NAME ...]
@@ -29,6 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import families  # noqa: E402
 
 STEPS = 3
+SLACK = 8 * 1024  # bytes
 AUTOCAST = {"none": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 autocast_dtype = None  # set by --autocast
 
@@ -76,6 +81,13 @@ def first_difference(a_records, b_records):
     return None
 
 
+def light_loss(output):
+    """(output * fixed weights).sum(): nothing outside the plan beside the output's gradient."""
+    outputs = [t for t in families.tensors_of(output) if t.is_floating_point()]
+    generator = torch.Generator().manual_seed(7)
+    return sum((t * torch.randn(t.shape, generator=generator).to(t)).sum() for t in outputs)
+
+
 def step_peak(model, family):
     """Bytes a step allocates at its peak above what was allocated before it, .grad freed first."""
     for seed in range(2):
@@ -85,8 +97,8 @@ def step_peak(model, family):
         with jitckpt.cpu_memory() as memory, torch.jit.optimized_execution(False):
             torch.manual_seed(2)
             with forward_context(family):
-                output = model(*family.inputs)
-            family.loss(output).backward()
+                loss = light_loss(model(*family.inputs))
+            loss.backward()
         return memory.peak
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
@@ -94,8 +106,8 @@ def step_peak(model, family):
     torch.manual_seed(2)
     with torch.jit.optimized_execution(False):
         with forward_context(family):
-            output = model(*family.inputs)
-        family.loss(output).backward()
+            loss = light_loss(model(*family.inputs))
+        loss.backward()
     torch.cuda.synchronize()
     return torch.cuda.max_memory_allocated() - base
 
@@ -151,8 +163,10 @@ def main():
         with open(args.out, "w") as f:
             json.dump({"torch": torch.__version__, "gpu": gpu, "autocast": args.autocast, "rows": rows}, f,
                       indent=1)
-    bad = [r["family"] for r in rows if "error" in r or (r["reference_repeats"] and r["difference_at_min"])]
-    print("FAILED: " + ", ".join(bad) if bad else "all families trained bit for bit at their smallest limit")
+    bad = [r["family"] for r in rows if "error" in r or (r["reference_repeats"] and r["difference_at_min"])
+           or r["peak_at_min"] > r["limit"] + SLACK]
+    print("FAILED: " + ", ".join(bad) if bad else
+          "all families trained bit for bit at their smallest limit, within it")
     sys.exit(1 if bad else 0)
 
 

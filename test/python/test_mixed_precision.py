@@ -76,6 +76,7 @@ def step_peak(model, inputs, dtype: torch.dtype = DTYPE) -> int:
                     output = model(*inputs)
                     value = light_loss(output)
                 value.backward()
+        del output, value  # else the second step's count starts with the first's output, freed in it
     return memory.peak
 
 

@@ -166,6 +166,36 @@ TEST(CountingAllocator, ConvolutionRunsUnderTheGuard) {
   y.sum().backward();
 }
 
+TEST(CountingAllocator, CountsWholeBlocksWhenSetAndFreesWhatItCounted) {
+  CountingAllocatorGuard guard;
+  CountingAllocator& counting = guard.allocator();
+  const int64_t base = counting.resetPeak();
+  auto before = torch::empty({7}, torch::kByte);  // counted exactly, freed after the change
+  counting.setBlockBytes(512);
+  {
+    auto small = torch::empty({7}, torch::kByte);
+    auto large = torch::empty({1000}, torch::kFloat);
+    EXPECT_EQ(counting.currentBytes() - base, 7 + 512 + 4096);
+    EXPECT_EQ(counting.countedBytes(512), 512);
+    EXPECT_EQ(counting.countedBytes(513), 1024);
+  }
+  EXPECT_EQ(counting.currentBytes() - base, 7);
+  counting.setBlockBytes(1);
+  before.reset();
+  EXPECT_EQ(counting.currentBytes(), base);
+  EXPECT_THROW(counting.setBlockBytes(0), c10::Error);
+}
+
+TEST(MemoryProbe, AllocatedBytesCountAsEachDevicesProbeDoes) {
+  EXPECT_EQ(allocatedBytes(c10::Device(c10::kCPU), 7), 7);
+  EXPECT_EQ(allocatedBytes(c10::Device(c10::kCUDA, 0), 7), 512);
+  EXPECT_EQ(allocatedBytes(c10::Device(c10::kCUDA, 0), 4097), 4608);
+  EXPECT_EQ(allocatedBytes(c10::Device(c10::kCUDA, 0), 0), 0);
+  CountingAllocator::instance().setBlockBytes(512);
+  EXPECT_EQ(allocatedBytes(c10::Device(c10::kCPU), 7), 512);
+  CountingAllocator::instance().setBlockBytes(1);
+}
+
 TEST(MemoryProbe, CpuProbeMeasuresAutogradSavedTensors) {
   auto probe = makeMemoryProbe(c10::Device(c10::kCPU));
   auto w = torch::ones({64, 64}, torch::requires_grad());
