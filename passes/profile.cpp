@@ -162,17 +162,31 @@ struct UnconstrainedRun {
   double ms = 0;
 };
 
+// The chain's inputs and its side tensors (a mask, positions), which a step holds from its start
+// to its end: counted together as a^0 (Costs::wa[0]). A side tensor made before the chain is
+// memory the step allocates; one the model is called with is counted as the chain's input is.
+Tensors heldFromStart(const ChainStages& stages, const ChainArguments& arguments) {
+  Tensors held = arguments.inputs;
+  for (size_t k = 0; k < stages.lifted().size(); ++k) {
+    const size_t position = stages.position(k);
+    if (stages.lifted()[k].kind == LiftedKind::Side && position < arguments.lifted_tensors.size())
+      held.push_back(arguments.lifted_tensors[position]);
+  }
+  return held;
+}
+
 // The no-checkpointing schedule run for real, as the executor runs it (the backward passes on
 // autograd's thread, runAsBackward), with the chain's output kept to the end as its caller keeps
-// it (Costs::held_output).
+// it (Costs::held_output). held_input_bytes: wa[0].
 UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inputs,
-                                  const Tensors& chain_outputs, c10::Device device,
-                                  probes::MemoryProbe& probe, probes::Stopwatch& stopwatch) {
+                                  int64_t held_input_bytes, const Tensors& chain_outputs,
+                                  c10::Device device, probes::MemoryProbe& probe,
+                                  probes::Stopwatch& stopwatch) {
   const int L = runner.numStages();
   Tensors delta;
   for (const auto& t : chain_outputs)
     delta.push_back(t.is_floating_point() ? at::ones_like(t) : at::Tensor());
-  const int64_t held_from_start = storageBytes(chain_inputs) + storageBytes(delta);
+  const int64_t held_from_start = held_input_bytes + storageBytes(delta);
   std::vector<std::optional<RecordedStage>> recorded(L + 1);
   const int64_t base = probe.resetPeak();
   stopwatch.start();
@@ -253,7 +267,8 @@ void appendStage(solver::Costs& c, const StageProfile& s, int l) {
 std::vector<int64_t> outputGradientBytes(const Tensors& chain_outputs) {
   std::vector<int64_t> bytes;
   for (const auto& t : chain_outputs) {
-    bytes.push_back(t.is_floating_point() ? static_cast<int64_t>(t.numel() * t.element_size()) : 0);
+    const auto nbytes = static_cast<int64_t>(t.numel() * t.element_size());
+    bytes.push_back(t.is_floating_point() ? probes::allocatedBytes(t.device(), nbytes) : 0);
   }
   return bytes;
 }
@@ -290,7 +305,7 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   solver::Costs& c = profile.costs;
   c = solver::Costs{};
   c.uf = c.uf_nograd = c.ub = {0};
-  c.wa = {storageBytes(arguments.inputs)};
+  c.wa = {storageBytes(heldFromStart(runner.stages(), arguments))};
   c.wabar = c.wd = c.of = c.of_nograd = c.ob = {0};
   profile.labels = {"input"};
   Tensors current;
@@ -337,7 +352,7 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
     Tensors inputs;
     for (const auto& t : arguments.inputs) inputs.push_back(t.detach());
     const UnconstrainedRun run =
-        runUnconstrained(runner, inputs, current, device, *probe, *stopwatch);
+        runUnconstrained(runner, inputs, c.wa[0], current, device, *probe, *stopwatch);
     if (r == 0 && options.measure_unconstrained_peak)
       profile.measured_unconstrained_peak = run.peak;
     if (r >= untimed_runs && r < untimed_runs + timed_runs)

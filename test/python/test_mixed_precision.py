@@ -121,7 +121,8 @@ def test_trains_bit_for_bit_within_the_limit_at_the_smallest_limit(family, defer
     info = jitckpt.plan(model)
     assert info["num_stages"] >= family.blocks
     peak = step_peak(model, family.inputs, dtype)
-    assert peak <= info["memory_limit"] * 1.02 + 8 * 1024, \
+    # Beside the model, the step holds the loss and its gradient: two scalars.
+    assert peak <= info["memory_limit"] + 64, \
         f"{family.name}, {dtype}: measured peak {peak} bytes, limit {info['memory_limit']} " \
         f"(x{peak / info['memory_limit']:.3f}, {info['num_stages']} stages)"
 
