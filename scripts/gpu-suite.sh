@@ -72,7 +72,7 @@ if [ "$dry" = 1 ]; then
   [ -d "$build/python/jitckpt" ] || { echo "gpu-suite: no jitckpt in ${JITCKPT_BUILD_DIR:-build}/python: build first"; exit 1; }
   python=/usr/bin/python3 device=cpu seconds=100000
   export PYTHONPATH=$build/python
-  families=(gpt_mask_input unet) host=(--rounds 1 resnet18:32:2)
+  families=(--cpu-block 512 gpt_mask_input unet) host=(--rounds 1 resnet18:32:2)
   story=(--capacity 4MiB --layers 2 --d 32 --heads 4 --kv-heads 2 --vocab 64 --sequence 32 --steps 2
     --memory-limit 0.5 --peers full --compile-budgets "")
   peers=(--models gpt --size test --rounds 1 --limits 0.5 --sac full --compile-budgets "")
