@@ -20,8 +20,21 @@ at::Generator cloneOf(at::Generator generator) {
   return generator.clone();
 }
 
+// The CPU generator's state is copied field by field: get_state() would allocate a 5 KB tensor,
+// a transient the plan does not count (at the end of a group of stages, with all of it held).
+void copyCpuState(at::Generator generator, at::Generator saved) {
+  std::lock_guard<std::mutex> saved_lock(saved.mutex());
+  auto* from = at::check_generator<at::CPUGeneratorImpl>(saved);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  auto* to = at::check_generator<at::CPUGeneratorImpl>(generator);
+  to->set_engine(from->engine());
+  to->set_next_float_normal_sample(from->next_float_normal_sample());
+  to->set_next_double_normal_sample(from->next_double_normal_sample());
+}
+
 void setStateFrom(at::Generator generator, at::Generator saved) {
-  at::Tensor state;
+  if (generator.device().is_cpu()) return copyCpuState(std::move(generator), std::move(saved));
+  at::Tensor state;  // an accelerator's: a few bytes of host memory
   {
     std::lock_guard<std::mutex> lock(saved.mutex());
     state = saved.get_state();
