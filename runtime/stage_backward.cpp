@@ -3,6 +3,7 @@
 #include <ATen/Functions.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/utils/grad_layout_contract.h>
 
 #include <set>
 #include <utility>
@@ -87,6 +88,18 @@ Tensors gradientsOf(torch::autograd::edge_list root_edges, Tensors root_grads,
   return torch::autograd::Engine::get_default_engine().execute(
       start, {placeholder}, /*keep_graph=*/false, /*create_graph=*/false,
       /*accumulate_grad=*/false, wrt_edges);
+}
+
+// A parameter's gradient laid out as AccumulateGrad keeps .grad (autograd's layout contract: the
+// parameter's strides), made so as B returns it, as the unmodified model's AccumulateGrad makes
+// it as it comes. Handed to autograd otherwise (a Linear's over a transposed input comes out
+// transposed), it would be copied there, at the end of the chain's backward, with every gradient
+// held: a transient that the plan does not count. The same values.
+at::Tensor laidOutForAccumulation(at::Tensor gradient, const at::Tensor& tensor) {
+  if (!tensor.is_leaf() || gradient.layout() != at::kStrided || tensor.layout() != at::kStrided ||
+      torch::autograd::utils::obeys_layout_contract(gradient, tensor))
+    return gradient;
+  return torch::autograd::utils::clone_obey_contract(gradient, tensor);
 }
 
 struct CallbackNode : public torch::autograd::Node {
@@ -229,7 +242,8 @@ StageGradients StageRunner::backward(std::vector<RecordedStage> run, Tensors out
     if (target == GradientTarget::Input) {
       gradients.inputs[index] = std::move(computed[i]);
     } else if (target == GradientTarget::Lifted) {
-      gradients.lifted.emplace_back(index, std::move(computed[i]));
+      gradients.lifted.emplace_back(
+          index, laidOutForAccumulation(std::move(computed[i]), arguments_.lifted_tensors[index]));
     }
   }
   return gradients;
