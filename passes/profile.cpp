@@ -16,6 +16,7 @@
 
 #include "passes/partition/module.h"
 #include "passes/prologue.h"
+#include "passes/stage_measurements.h"
 #include "runtime/probes/memory_probe.h"
 #include "runtime/probes/stopwatch.h"
 #include "runtime/rng_state.h"
@@ -24,13 +25,6 @@
 
 namespace jitckpt {
 namespace {
-
-// delta = ones for the outputs that require grad (undefined for the others).
-Tensors onesFor(const Tensors& outputs) {
-  Tensors out;
-  for (const auto& t : outputs) out.push_back(t.requires_grad() ? at::ones_like(t) : at::Tensor());
-  return out;
-}
 
 // Prints "profiling stage i/L" at most once a second.
 std::function<void(int, int)> defaultProgress() {
@@ -45,116 +39,6 @@ std::function<void(int, int)> defaultProgress() {
       *printed = true;
     }
   };
-}
-
-// The bytes of the parameters' gradients B returned.
-int64_t parameterGradBytes(const StageRunner& runner, const StageGradients& gradients) {
-  Tensors parameter_grads;
-  for (const auto& [position, gradient] : gradients.lifted) {
-    if (runner.arguments().lifted_tensors[position].is_leaf()) parameter_grads.push_back(gradient);
-  }
-  return storageBytes(parameter_grads);
-}
-
-// B(l) on `recorded` with delta^l moved in, as the executor hands it over (B frees it once read,
-// before its peak). Returns B's peak above what it makes (the gradients it hands on were there
-// before) and fills in s's gradient sizes.
-int64_t measureBackward(StageRunner& runner, int l, RecordedStage recorded, Tensors deltas,
-                        probes::MemoryProbe& probe, StageProfile& s) {
-  const HandedGradients handed(deltas);
-  const int64_t base = probe.resetPeak();
-  const StageGradients gradients = runner.backward(l, std::move(recorded), std::move(deltas));
-  const int64_t peak = probe.peakBytes() - base;
-  s.input_grad_bytes = storageBytes(gradients.inputs);
-  s.input_grad_sources = handed.sourcesOf(gradients.inputs);
-  s.parameter_grad_bytes = parameterGradBytes(runner, gradients);
-  s.lifted_gradients.clear();
-  for (const auto& [position, gradient] : gradients.lifted) {
-    s.lifted_gradients.emplace_back(runner.firstPosition(position), storageBytes({gradient}));
-  }
-  const auto& made = s.input_grad_sources.made_bytes;
-  return std::max<int64_t>(0, peak - std::accumulate(made.begin(), made.end(), int64_t{0}));
-}
-
-bool someAreNotContiguous(const Tensors& tensors) {
-  return std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) {
-    return t.defined() && t.requires_grad() && !t.is_contiguous();
-  });
-}
-
-// Memory of F∅/Fck, Fall and B of stage l (deterministic: measured once). Returns a^l.
-Tensors measureMemory(StageRunner& runner, int l, const Tensors& current,
-                      probes::MemoryProbe& probe, StageProfile& s) {
-  int64_t base = probe.resetPeak();
-  Tensors outputs = runner.forward(l, current);  // F∅/Fck: keeps a^l
-  s.output_bytes = storageBytes(outputs);
-  s.passed_bytes = sharedStorageBytes(outputs, current);
-  s.forward_overhead_no_grad = std::max<int64_t>(0, probe.peakBytes() - base - s.output_bytes);
-
-  base = probe.resetPeak();
-  RecordedStage recorded = runner.recordedForward(l, current);  // Fall: keeps abar^l
-  s.recorded_bytes = probe.currentBytes() - base;
-  s.forward_overhead_grad = std::max<int64_t>(0, probe.peakBytes() - base - s.recorded_bytes);
-  // B holds the stage's parameter gradients at its end, with transients that may come before
-  // them: ob covers both (once B is done they are wg's, held to the end of the chain's backward).
-  const bool other_layouts = someAreNotContiguous(recorded.outputs);
-  Tensors deltas = onesFor(recorded.outputs);
-  s.backward_overhead =
-      measureBackward(runner, l, std::move(recorded), std::move(deltas), probe, s);
-  if (other_layouts) {
-    // An output laid out otherwise (a transposed view) may get its gradient contiguous from the B
-    // above (a matmul's), which B(l) reads back through the stage's views and may copy (a
-    // convolution's gradient made contiguous): measured that way too, ob is the larger.
-    StageProfile again;
-    RecordedStage second = runner.recordedForward(l, current);
-    Tensors contiguous;
-    for (const auto& d : onesFor(second.outputs))
-      contiguous.push_back(d.defined() ? d.contiguous() : d);
-    s.backward_overhead = std::max(
-        s.backward_overhead,
-        measureBackward(runner, l, std::move(second), std::move(contiguous), probe, again));
-  }
-  return outputs;
-}
-
-// Untimed F and B rounds, so that lazy allocations and caches are in place before measuring.
-void warmUp(StageRunner& runner, int l, const Tensors& current, int rounds) {
-  for (int w = 0; w < rounds; ++w) {
-    runner.forward(l, current);
-    RecordedStage recorded = runner.recordedForward(l, current);
-    Tensors deltas = onesFor(recorded.outputs);
-    runner.backward(l, std::move(recorded), std::move(deltas));
-  }
-}
-
-// Median times of F∅/Fck, Fall and B of stage l over `repeats` runs; B on autograd's thread, as
-// the executor runs it (runAsBackward).
-void measureTimes(StageRunner& runner, int l, const Tensors& current, int repeats,
-                  c10::Device device, probes::Stopwatch& stopwatch, StageProfile& s) {
-  std::vector<double> no_grad_ms, forward_ms, backward_ms;
-  for (int r = 0; r < repeats; ++r) {
-    stopwatch.start();
-    runner.forward(l, current);  // its outputs freed inside the timing, as F∅ frees its input
-    no_grad_ms.push_back(stopwatch.stopSeconds() * 1e3);
-  }
-  for (int r = 0; r < repeats; ++r) {
-    stopwatch.start();
-    RecordedStage recorded = runner.recordedForward(l, current);
-    forward_ms.push_back(stopwatch.stopSeconds() * 1e3);
-    const bool has_backward = recorded.outputsHaveGradients() &&
-                              (recorded.inputsGetGradients() || !runner.gradientTargets(l).empty());
-    Tensors deltas = onesFor(recorded.outputs);
-    double ms = 0;
-    runAsBackward(device, [&] {
-      stopwatch.start();
-      runner.backward(l, std::move(recorded), std::move(deltas));
-      ms = stopwatch.stopSeconds() * 1e3;
-    });
-    backward_ms.push_back(has_backward ? ms : 0.0);
-  }
-  s.forward_no_grad_ms = probes::median(no_grad_ms);
-  s.forward_ms = probes::median(forward_ms);
-  s.backward_ms = probes::median(backward_ms);
 }
 
 struct UnconstrainedRun {
@@ -177,11 +61,13 @@ Tensors heldFromStart(const ChainStages& stages, const ChainArguments& arguments
 
 // The no-checkpointing schedule run for real, as the executor runs it (the backward passes on
 // autograd's thread, runAsBackward), with the chain's output kept to the end as its caller keeps
-// it (Costs::held_output). held_input_bytes: wa[0].
+// it (Costs::held_output). held_input_bytes: wa[0]. With handed (L+1 entries), each B runs alone
+// and handed[l] gets the layouts of the gradients B(l) is handed.
 UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inputs,
                                   int64_t held_input_bytes, const Tensors& chain_outputs,
                                   c10::Device device, probes::MemoryProbe& probe,
-                                  probes::Stopwatch& stopwatch) {
+                                  probes::Stopwatch& stopwatch,
+                                  std::vector<GradientLayouts>* handed = nullptr) {
   const int L = runner.numStages();
   Tensors delta;
   for (const auto& t : chain_outputs)
@@ -203,9 +89,10 @@ UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inpu
     for (int l = L; l >= 1;) {
       std::unordered_set<size_t> positions = runner.liftedPositions(*recorded[l]);
       int m = l;
-      while (m > 1 &&
+      while (!handed && m > 1 &&
              runner.joinsBackwardRun(*recorded[m], *recorded[m - 1], positions, lifted_grads))
         --m;
+      if (handed) (*handed)[l] = layoutsOf(delta);
       std::vector<RecordedStage> run;
       for (int k = l; k >= m; --k) {
         run.push_back(std::move(*recorded[k]));
@@ -222,6 +109,37 @@ UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inpu
   run.ms = stopwatch.stopSeconds() * 1e3;
   run.peak = probe.peakBytes() - base + held_from_start;
   return run;
+}
+
+// B(l) measured again, on ones laid out as the whole schedule handed it its gradients, where
+// measureMemory did not measure it so (stages 1..L-1: B(L) is handed ones in both); ob[l] the
+// larger, and the predicted unconstrained peak with it. The stages' inputs come from a forward
+// without grad, as the profile's own.
+void measureOnHandedLayouts(StageRunner& runner, const ChainArguments& arguments,
+                            const std::vector<GradientLayouts>& handed,
+                            const std::vector<GradientLayouts>& output_layouts,
+                            probes::MemoryProbe& probe, ChainProfile& profile) {
+  int last = 0;  // the last stage to measure again
+  for (int l = 1; l + 1 < static_cast<int>(handed.size()); ++l) {
+    if (!measuredOn(handed[l], output_layouts[l])) last = l;
+  }
+  if (last == 0) return;
+  solver::Costs& c = profile.costs;
+  Tensors current;
+  for (const auto& t : arguments.inputs) current.push_back(t.detach());
+  for (int l = 1; l <= last; ++l) {
+    if (!measuredOn(handed[l], output_layouts[l])) {
+      RecordedStage recorded = runner.recordedForward(l, current);
+      Tensors deltas = onesLaidOut(handed[l], recorded.outputs);
+      StageProfile again;
+      const int64_t ob =
+          measureBackward(runner, l, std::move(recorded), std::move(deltas), probe, again);
+      c.ob[l] = std::max(c.ob[l], ob);
+      profile.stages[l - 1].backward_overhead = c.ob[l];
+    }
+    if (l < last) current = runner.forward(l, current);
+  }
+  profile.unconstrained_peak = solver::simulate(c, solver::noCheckpointSchedule(c)).peak;
 }
 
 // Scales uf, uf_nograd and ub by measured / predicted time of the no-checkpointing schedule (see
@@ -312,11 +230,13 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   for (const auto& t : arguments.inputs) current.push_back(t.detach());
   SpanTracker spans;
   spans.add(0, current);
+  std::vector<GradientLayouts> output_layouts(static_cast<size_t>(L) + 1);  // of a^l, as measured
   for (int l = 1; l <= L; ++l) {
     StageProfile s;
     s.label = runner.stages().stage(l).label;
     warmUp(runner, l, current, options.warmup);
     Tensors outputs = measureMemory(runner, l, current, *probe, s);
+    output_layouts[l] = layoutsOf(outputs);
     measureTimes(runner, l, current, options.repeats, device, *stopwatch, s);
     appendStage(c, s, l);
     profile.labels.push_back(s.label);
@@ -342,22 +262,23 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   // ones: the first run of the whole schedule is the first to reach the step's full peak, and
   // its allocations fault in fresh memory, so that it runs slower than the runs after it (timed,
   // it put the predicted times above the measured ones).
+  // The first run is untimed: it records the layouts of the gradients each B is handed.
   const int timed_runs = std::min(options.calibration_runs, options.repeats);
-  const int untimed_runs = timed_runs > 0 ? options.warmup : 0;
+  const int untimed_runs = std::max(timed_runs > 0 ? options.warmup : 0, 1);
   const bool fits =
       options.whole_schedule_room < 0 || profile.unconstrained_peak <= options.whole_schedule_room;
-  const int runs =
-      fits ? std::max(untimed_runs + timed_runs, options.measure_unconstrained_peak ? 1 : 0) : 0;
+  const int runs = fits ? untimed_runs + timed_runs : 0;
+  std::vector<GradientLayouts> handed(static_cast<size_t>(L) + 1);
   for (int r = 0; r < runs; ++r) {
     Tensors inputs;
     for (const auto& t : arguments.inputs) inputs.push_back(t.detach());
-    const UnconstrainedRun run =
-        runUnconstrained(runner, inputs, c.wa[0], current, device, *probe, *stopwatch);
+    const UnconstrainedRun run = runUnconstrained(runner, inputs, c.wa[0], current, device, *probe,
+                                                  *stopwatch, r == 0 ? &handed : nullptr);
     if (r == 0 && options.measure_unconstrained_peak)
       profile.measured_unconstrained_peak = run.peak;
-    if (r >= untimed_runs && r < untimed_runs + timed_runs)
-      profile.unconstrained_run_ms.push_back(run.ms);
+    if (r >= untimed_runs) profile.unconstrained_run_ms.push_back(run.ms);
   }
+  if (runs > 0) measureOnHandedLayouts(runner, arguments, handed, output_layouts, *probe, profile);
   if (fits && timed_runs > 0) {
     profile.measured_unconstrained_ms = probes::median(profile.unconstrained_run_ms);
     profile.time_scale = calibrateTimes(c, profile.measured_unconstrained_ms);

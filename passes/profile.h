@@ -33,7 +33,9 @@
 //            Parameter gradients are added into .grad one at a time as they are made (zeroed
 //            stand-ins while profiling, given back afterwards): the paper counts the .grad buffers
 //            as model memory, and the gradient in flight is a transient of B. Where a^l is not
-//            contiguous, the larger of B with delta^l laid out as a^l and with it contiguous.
+//            contiguous, the larger of B with delta^l laid out as a^l and with it contiguous; and
+//            where the whole schedule's first run (below) hands B(l) a delta^l laid out otherwise
+//            (channels-last from B(l+1)), the larger with it laid out so.
 //   uf[l]    median over `repeats` recording forwards (after `warmup` full F+B rounds), ms.
 //   uf_nograd[l]  the same over forwards without recording (Fck, F∅: see solver/costs.h), ms.
 //   ub[l]    median over `repeats` backward calls, each after an untimed recording forward, ms.

@@ -1,0 +1,162 @@
+// Stage measurements (see stage_measurements.h).
+#include "passes/stage_measurements.h"
+
+#include <ATen/Functions.h>
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include "passes/storage_sharing.h"
+
+namespace jitckpt {
+namespace {
+
+// The bytes of the parameters' gradients B returned.
+int64_t parameterGradBytes(const StageRunner& runner, const StageGradients& gradients) {
+  Tensors parameter_grads;
+  for (const auto& [position, gradient] : gradients.lifted) {
+    if (runner.arguments().lifted_tensors[position].is_leaf()) parameter_grads.push_back(gradient);
+  }
+  return storageBytes(parameter_grads);
+}
+
+bool someAreNotContiguous(const Tensors& tensors) {
+  return std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) {
+    return t.defined() && t.requires_grad() && !t.is_contiguous();
+  });
+}
+
+}  // namespace
+
+Tensors onesFor(const Tensors& outputs) {
+  Tensors out;
+  for (const auto& t : outputs) out.push_back(t.requires_grad() ? at::ones_like(t) : at::Tensor());
+  return out;
+}
+
+GradientLayouts layoutsOf(const Tensors& tensors) {
+  GradientLayouts out;
+  for (const auto& t : tensors) {
+    GradientLayout layout;
+    if (t.defined()) layout = {true, t.sizes().vec(), t.strides().vec(), t.is_contiguous()};
+    out.push_back(std::move(layout));
+  }
+  return out;
+}
+
+bool measuredOn(const GradientLayouts& handed, const GradientLayouts& outputs) {
+  if (handed.size() != outputs.size()) return true;  // not comparable: left as measured
+  for (size_t i = 0; i < handed.size(); ++i) {
+    const GradientLayout& h = handed[i];
+    if (!h.defined || !outputs[i].defined || h.sizes != outputs[i].sizes) continue;
+    if (h.strides != outputs[i].strides && !h.contiguous) return false;
+  }
+  return true;
+}
+
+// One storage that each layout's largest offset fits in.
+Tensors onesLaidOut(const GradientLayouts& handed, const Tensors& outputs) {
+  Tensors out = onesFor(outputs);
+  for (size_t i = 0; i < out.size() && i < handed.size(); ++i) {
+    const GradientLayout& h = handed[i];
+    if (!out[i].defined() || !h.defined || h.sizes != out[i].sizes().vec() || out[i].numel() == 0)
+      continue;
+    int64_t extent = 1;
+    for (size_t d = 0; d < h.sizes.size(); ++d) extent += (h.sizes[d] - 1) * h.strides[d];
+    out[i] = at::ones({extent}, out[i].options()).as_strided(h.sizes, h.strides);
+  }
+  return out;
+}
+
+int64_t measureBackward(StageRunner& runner, int l, RecordedStage recorded, Tensors deltas,
+                        probes::MemoryProbe& probe, StageProfile& s) {
+  const HandedGradients handed(deltas);
+  const int64_t base = probe.resetPeak();
+  const StageGradients gradients = runner.backward(l, std::move(recorded), std::move(deltas));
+  const int64_t peak = probe.peakBytes() - base;
+  s.input_grad_bytes = storageBytes(gradients.inputs);
+  s.input_grad_sources = handed.sourcesOf(gradients.inputs);
+  s.parameter_grad_bytes = parameterGradBytes(runner, gradients);
+  s.lifted_gradients.clear();
+  for (const auto& [position, gradient] : gradients.lifted) {
+    s.lifted_gradients.emplace_back(runner.firstPosition(position), storageBytes({gradient}));
+  }
+  const auto& made = s.input_grad_sources.made_bytes;
+  return std::max<int64_t>(0, peak - std::accumulate(made.begin(), made.end(), int64_t{0}));
+}
+
+// Deterministic: measured once.
+Tensors measureMemory(StageRunner& runner, int l, const Tensors& current,
+                      probes::MemoryProbe& probe, StageProfile& s) {
+  int64_t base = probe.resetPeak();
+  Tensors outputs = runner.forward(l, current);  // F∅/Fck: keeps a^l
+  s.output_bytes = storageBytes(outputs);
+  s.passed_bytes = sharedStorageBytes(outputs, current);
+  s.forward_overhead_no_grad = std::max<int64_t>(0, probe.peakBytes() - base - s.output_bytes);
+
+  base = probe.resetPeak();
+  RecordedStage recorded = runner.recordedForward(l, current);  // Fall: keeps abar^l
+  s.recorded_bytes = probe.currentBytes() - base;
+  s.forward_overhead_grad = std::max<int64_t>(0, probe.peakBytes() - base - s.recorded_bytes);
+  // B holds the stage's parameter gradients at its end, with transients that may come before
+  // them: ob covers both (once B is done they are wg's, held to the end of the chain's backward).
+  const bool other_layouts = someAreNotContiguous(recorded.outputs);
+  Tensors deltas = onesFor(recorded.outputs);
+  s.backward_overhead =
+      measureBackward(runner, l, std::move(recorded), std::move(deltas), probe, s);
+  if (other_layouts) {
+    // An output laid out otherwise (a transposed view) may get its gradient contiguous from the B
+    // above (a matmul's), which B(l) reads back through the stage's views and may copy (a
+    // convolution's gradient made contiguous): measured that way too, ob is the larger.
+    StageProfile again;
+    RecordedStage second = runner.recordedForward(l, current);
+    Tensors contiguous;
+    for (const auto& d : onesFor(second.outputs))
+      contiguous.push_back(d.defined() ? d.contiguous() : d);
+    s.backward_overhead = std::max(
+        s.backward_overhead,
+        measureBackward(runner, l, std::move(second), std::move(contiguous), probe, again));
+  }
+  return outputs;
+}
+
+void warmUp(StageRunner& runner, int l, const Tensors& current, int rounds) {
+  for (int w = 0; w < rounds; ++w) {
+    runner.forward(l, current);
+    RecordedStage recorded = runner.recordedForward(l, current);
+    Tensors deltas = onesFor(recorded.outputs);
+    runner.backward(l, std::move(recorded), std::move(deltas));
+  }
+}
+
+// B on autograd's thread, as the executor runs it (runAsBackward).
+void measureTimes(StageRunner& runner, int l, const Tensors& current, int repeats,
+                  c10::Device device, probes::Stopwatch& stopwatch, StageProfile& s) {
+  std::vector<double> no_grad_ms, forward_ms, backward_ms;
+  for (int r = 0; r < repeats; ++r) {
+    stopwatch.start();
+    runner.forward(l, current);  // its outputs freed inside the timing, as F∅ frees its input
+    no_grad_ms.push_back(stopwatch.stopSeconds() * 1e3);
+  }
+  for (int r = 0; r < repeats; ++r) {
+    stopwatch.start();
+    RecordedStage recorded = runner.recordedForward(l, current);
+    forward_ms.push_back(stopwatch.stopSeconds() * 1e3);
+    const bool has_backward = recorded.outputsHaveGradients() &&
+                              (recorded.inputsGetGradients() || !runner.gradientTargets(l).empty());
+    Tensors deltas = onesFor(recorded.outputs);
+    double ms = 0;
+    runAsBackward(device, [&] {
+      stopwatch.start();
+      runner.backward(l, std::move(recorded), std::move(deltas));
+      ms = stopwatch.stopSeconds() * 1e3;
+    });
+    backward_ms.push_back(has_backward ? ms : 0.0);
+  }
+  s.forward_no_grad_ms = probes::median(no_grad_ms);
+  s.forward_ms = probes::median(forward_ms);
+  s.backward_ms = probes::median(backward_ms);
+}
+
+}  // namespace jitckpt
