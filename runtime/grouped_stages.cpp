@@ -30,6 +30,7 @@ std::vector<bool> mayJoin(const ChainStages& stages, const solver::Schedule& sch
   const bool records_to_join = casts == StageCasts::EndWithEachStage;
   for (int k = 1; k < L; ++k) {
     may[k] = !stages.stage(k + 1).writes_activation_input && !unsafe(k) && !unsafe(k + 1) &&
+             !stages.copiesParameterGradients(k + 1) &&
              (!records_to_join || (records_only[k] && records_only[k + 1]));
   }
   return may;
@@ -92,8 +93,12 @@ GroupedChain groupStages(const std::shared_ptr<const ChainStages>& stages,
     specs.push_back(first == last ? stages->stage(first)
                                   : joinedStage(*stages, first, last, casts));
   }
-  return {std::make_shared<const ChainStages>(specs, stages->lifted()), groups.schedule,
-          groups.first};
+  auto grouped = std::make_shared<const ChainStages>(specs, stages->lifted());
+  for (int g = 0; g < groups.size(); ++g) {  // only a group's first stage may copy (mayJoin)
+    if (stages->copiesParameterGradients(groups.first[g]))
+      grouped->setCopiesParameterGradients(g + 1);
+  }
+  return {std::move(grouped), groups.schedule, groups.first};
 }
 
 }  // namespace jitckpt

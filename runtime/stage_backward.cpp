@@ -94,11 +94,12 @@ Tensors gradientsOf(torch::autograd::edge_list root_edges, Tensors root_grads,
 // parameter's strides), made so as B returns it, as the unmodified model's AccumulateGrad makes
 // it as it comes. Handed to autograd otherwise (a Linear's over a transposed input comes out
 // transposed), it would be copied there, at the end of the chain's backward, with every gradient
-// held: a transient that the plan does not count. The same values.
-at::Tensor laidOutForAccumulation(at::Tensor gradient, const at::Tensor& tensor) {
+// held: a transient that the plan does not count. The same values. Sets `copied` when it copies.
+at::Tensor laidOutForAccumulation(at::Tensor gradient, const at::Tensor& tensor, bool& copied) {
   if (!tensor.is_leaf() || gradient.layout() != at::kStrided || tensor.layout() != at::kStrided ||
       torch::autograd::utils::obeys_layout_contract(gradient, tensor))
     return gradient;
+  copied = true;
   return torch::autograd::utils::clone_obey_contract(gradient, tensor);
 }
 
@@ -175,6 +176,7 @@ bool StageRunner::joinsBackwardRun(const RecordedStage& above, const RecordedSta
   // stage above is done on the other.
   if (devices_.size() > 1) return false;
   if (above.first_sequence_nr < below.end_sequence_nr) return false;
+  if (stages_->copiesParameterGradients(above.stage)) return false;
   std::set<std::pair<const torch::autograd::Node*, uint32_t>> edges;
   for (const auto& e : below.output_edges) {
     if (e.is_valid() && !edges.emplace(e.function.get(), e.input_nr).second) return false;
@@ -222,6 +224,7 @@ StageGradients StageRunner::backward(std::vector<RecordedStage> run, Tensors out
     wrt.push_back(bottom.input_edges[i]);
     targets.emplace_back(GradientTarget::Input, i);
   }
+  std::vector<int> target_stages;  // per lifted target: the stage whose leaf it is
   for (auto& recorded : run) {
     for (auto& [position, leaf] : recorded.side_leaves) {
       TORCH_INTERNAL_ASSERT(&recorded == &top || lifted_sums == nullptr ||
@@ -229,6 +232,8 @@ StageGradients StageRunner::backward(std::vector<RecordedStage> run, Tensors out
                             "jitckpt: a backward of several stages would take a sum so far");
       wrt.push_back(leafEdge(leaf));
       targets.emplace_back(GradientTarget::Lifted, position);
+      target_stages.resize(targets.size() - 1, 0);
+      target_stages.push_back(recorded.stage);
     }
   }
   StageGradients gradients;
@@ -242,8 +247,11 @@ StageGradients StageRunner::backward(std::vector<RecordedStage> run, Tensors out
     if (target == GradientTarget::Input) {
       gradients.inputs[index] = std::move(computed[i]);
     } else if (target == GradientTarget::Lifted) {
+      bool copied = false;
       gradients.lifted.emplace_back(
-          index, laidOutForAccumulation(std::move(computed[i]), arguments_.lifted_tensors[index]));
+          index,
+          laidOutForAccumulation(std::move(computed[i]), arguments_.lifted_tensors[index], copied));
+      if (copied && target_stages.at(i) > 0) stages_->setCopiesParameterGradients(target_stages[i]);
     }
   }
   return gradients;

@@ -338,6 +338,7 @@ bool RecordedStage::outputsHaveGradients() const {
 
 RecordedStage StageRunner::recordedForward(int l, const Tensors& activations) {
   RecordedStage recorded;
+  recorded.stage = l;
   recorded.first_sequence_nr = at::sequence_number::peek();
   const bool gradient_flows = l > 1 || input_requires_grad_;
   Tensors inputs;

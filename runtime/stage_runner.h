@@ -50,6 +50,7 @@ void runAsBackward(c10::Device device, const std::function<void()>& body);
 // chain and the parameters' AccumulateGrad (with the user's hooks, DDP's) are reached once, by
 // autograd, with the gradient the op returns.
 struct RecordedStage {
+  int stage = 0;                                    // l
   std::vector<torch::autograd::Edge> input_edges;   // invalid where no gradient flows
   Tensors outputs;                                  // a^l; empty once released
   std::vector<torch::autograd::Edge> output_edges;  // invalid where the output needs no gradient

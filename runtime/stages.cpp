@@ -207,7 +207,7 @@ bool valueIsRead(const torch::jit::Value* v) {
 }  // namespace
 
 ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<LiftedSpec> lifted)
-    : lifted_(std::move(lifted)) {
+    : copies_gradients_(stages.size()), lifted_(std::move(lifted)) {
   TORCH_CHECK(!stages.empty(), "jitckpt: a chain needs at least one stage");
   size_t scalars = 0;
   for (const LiftedSpec& l : lifted_) {

@@ -80,6 +80,13 @@ class ChainStages {
   const std::vector<size_t>& castLifted(int l) const { return cast_lifted_.at(l - 1); }
   // True at the first call only: the warning about such weights is given once per chain.
   bool firstCastWarning() const { return !cast_warned_.exchange(true); }
+  // Whether stage l's B copied a parameter's gradient to lay it out as the parameter (its
+  // gradient came out transposed, say): the copy comes when the engine call that runs B(l) ends,
+  // so that no stage below l may share that call (a group, a run of B), or the copy would come
+  // on top of the gradients of the stages below, which the plan does not count. Learned as B
+  // runs (the profile runs every stage's), kept for the chain's life.
+  bool copiesParameterGradients(int l) const { return copies_gradients_.at(l - 1).load(); }
+  void setCopiesParameterGradients(int l) const { copies_gradients_.at(l - 1).store(true); }
   const std::vector<LiftedSpec>& lifted() const { return lifted_; }
   // Where lifted value k arrives: its index among the op's lifted tensors (Parameter, Buffer) or
   // lifted scalars (Scalar).
@@ -104,6 +111,7 @@ class ChainStages {
   std::vector<std::vector<bool>> reads_value_;
   std::vector<std::vector<size_t>> cast_lifted_;
   mutable std::atomic<bool> cast_warned_{false};
+  mutable std::vector<std::atomic<bool>> copies_gradients_;
   std::vector<LiftedSpec> lifted_;
   std::vector<size_t> position_;
   size_t num_tensors_ = 0;

@@ -73,5 +73,18 @@ TEST(GroupedStages, StagesRunWithoutGradJoinOnlyWithSharedCasts) {
   EXPECT_EQ(apart.stages.get(), stages.get());
 }
 
+TEST(GroupedStages, AStageThatCopiesItsGradientsIsTheFirstOfItsGroup) {
+  // B(2) copied a parameter's gradient to lay it out as the parameter: that copy comes when the
+  // engine call ends, so stage 2 does not join stage 1 below it (stage 3 may join stage 2), and
+  // the group it heads says so for the runs of B.
+  const auto stages = threeStages();
+  stages->setCopiesParameterGradients(2);
+  const GroupedChain grouped =
+      groupStages(stages, solver::parseSchedule(kRecordEveryStage), StageCasts::Shared);
+  EXPECT_EQ(grouped.first, (std::vector<int>{1, 2}));
+  EXPECT_FALSE(grouped.stages->copiesParameterGradients(1));
+  EXPECT_TRUE(grouped.stages->copiesParameterGradients(2));
+}
+
 }  // namespace
 }  // namespace jitckpt::test
