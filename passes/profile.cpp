@@ -62,7 +62,8 @@ Tensors heldFromStart(const ChainStages& stages, const ChainArguments& arguments
 // The no-checkpointing schedule run for real, as the executor runs it (the backward passes on
 // autograd's thread, runAsBackward), with the chain's output kept to the end as its caller keeps
 // it (Costs::held_output). held_input_bytes: wa[0]. With handed (L+1 entries), each B runs alone
-// and handed[l] gets the layouts of the gradients B(l) is handed.
+// (where the executor runs some in one engine call) and handed[l] gets the layouts of the
+// gradients B(l) is handed.
 UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inputs,
                                   int64_t held_input_bytes, const Tensors& chain_outputs,
                                   c10::Device device, probes::MemoryProbe& probe,

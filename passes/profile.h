@@ -67,7 +67,8 @@ namespace jitckpt {
 struct ProfileOptions {
   int repeats = 5;  // timed runs per stage and direction; the median is kept
   // Untimed forward+backward rounds per stage before measuring, and untimed runs of the whole
-  // no-checkpointing schedule before timing it (calibration_runs).
+  // no-checkpointing schedule before timing it (calibration_runs; at least one where the whole
+  // schedule runs: it notes the gradient layouts each B is handed, each B run alone).
   int warmup = 1;
   // Called after each stage with (stage, total). Null: "jitckpt: profiling stage i/L" on stderr,
   // at most once a second (and for the last stage when anything was printed).
@@ -115,8 +116,9 @@ struct ChainProfile {
   std::string device;
   // The no-checkpointing peak as the simulator predicts it from `costs`.
   int64_t unconstrained_peak = 0;
-  // The same schedule run for real, stage by stage as the executor runs it: peak live bytes above
-  // the baseline plus a^0 and delta^L (held from the start in the simulator). The lifted
+  // The same schedule run for real, stage by stage as the executor runs it, each B alone (as the
+  // simulator has it): peak live bytes above the baseline plus a^0 and delta^L (held from the
+  // start in the simulator). The lifted
   // tensors' gradients are held to the end, summed per tensor, as the executor holds them.
   // -1 when not measured.
   int64_t measured_unconstrained_peak = -1;

@@ -91,10 +91,12 @@ Tensors gradientsOf(torch::autograd::edge_list root_edges, Tensors root_grads,
 }
 
 // A parameter's gradient laid out as AccumulateGrad keeps .grad (autograd's layout contract: the
-// parameter's strides), made so as B returns it, as the unmodified model's AccumulateGrad makes
-// it as it comes. Handed to autograd otherwise (a Linear's over a transposed input comes out
-// transposed), it would be copied there, at the end of the chain's backward, with every gradient
-// held: a transient that the plan does not count. The same values. Sets `copied` when it copies.
+// parameter's strides), made so as B returns it, as the unmodified model's AccumulateGrad copies
+// it as it comes where .grad is not allocated (where it is, it adds in place: the copy here is
+// then one transient more, which the profile counts). Handed to autograd otherwise (a Linear's
+// over a transposed input comes out transposed), it would be copied there, at the end of the
+// chain's backward, with every gradient held: a transient that the plan does not count. The same
+// values. Sets `copied` when it copies.
 at::Tensor laidOutForAccumulation(at::Tensor gradient, const at::Tensor& tensor, bool& copied) {
   if (!tensor.is_leaf() || gradient.layout() != at::kStrided || tensor.layout() != at::kStrided ||
       torch::autograd::utils::obeys_layout_contract(gradient, tensor))
