@@ -120,21 +120,23 @@ void measureOnHandedLayouts(StageRunner& runner, const ChainArguments& arguments
                             const std::vector<GradientLayouts>& handed,
                             const std::vector<GradientLayouts>& output_layouts,
                             probes::MemoryProbe& probe, ChainProfile& profile) {
-  int last = 0;  // the last stage to measure again
+  std::vector<bool> again(handed.size(), false);  // B(l) to measure again
+  int last = 0;
   for (int l = 1; l + 1 < static_cast<int>(handed.size()); ++l) {
-    if (!measuredOn(handed[l], output_layouts[l])) last = l;
+    again[l] = !measuredOn(handed[l], output_layouts[l]);
+    if (again[l]) last = l;
   }
   if (last == 0) return;
   solver::Costs& c = profile.costs;
   Tensors current;
   for (const auto& t : arguments.inputs) current.push_back(t.detach());
   for (int l = 1; l <= last; ++l) {
-    if (!measuredOn(handed[l], output_layouts[l])) {
+    if (again[l]) {
       RecordedStage recorded = runner.recordedForward(l, current);
       Tensors deltas = onesLaidOut(handed[l], recorded.outputs);
-      StageProfile again;
+      StageProfile unused;
       const int64_t ob =
-          measureBackward(runner, l, std::move(recorded), std::move(deltas), probe, again);
+          measureBackward(runner, l, std::move(recorded), std::move(deltas), probe, unused);
       c.ob[l] = std::max(c.ob[l], ob);
       profile.stages[l - 1].backward_overhead = c.ob[l];
     }
