@@ -10,6 +10,8 @@
 #                           on the GPU machine (builds with /usr/bin/g++, or JITCKPT_CXX: the
 #                           machines' CXX and c++ link libstdc++ statically); --from STEP starts at that
 #                           step (a second call, with the build kept, for what the first skipped)
+#                           copy OUT back as one archive (tar czf "$OUT/suite.tgz" OUT): the device
+#                           tool brings back only a few files, and OUT is gone with the machine
 #   scripts/gpu-suite.sh --dry-run [OUT]
 #                           here: the same steps on the CPU, with build/ (built by scripts/test.sh;
 #                           JITCKPT_BUILD_DIR picks another), tiny sizes and one run each, so that a
@@ -18,10 +20,10 @@
 #
 # The steps, in order of value: build (scripts/bench.sh gpu-build: the build and the CUDA checks);
 # families-bfloat16 (every model family bit for bit at its smallest limit under bfloat16
-# autocast, within it: test/cuda/check_families.py); user-story (a Llama in bfloat16 at a batch
-# that runs out of memory without jitckpt, trained with memory_limit="auto", and the peers at that
-# batch: bench/user_story.py); peers-bfloat16 (GPT against torch.compile's memory budgets and
-# selective checkpointing at equal peak: bench/peers.py); families (float32); host-overhead
+# autocast, within it: test/cuda/check_families.py); families (float32); user-story (a Llama in
+# bfloat16 at a batch that runs out of memory without jitckpt, trained with memory_limit="auto",
+# and the peers at that batch: bench/user_story.py); peers-bfloat16 (GPT against torch.compile's
+# memory budgets and selective checkpointing at equal peak: bench/peers.py); host-overhead
 # (jitckpt unconstrained against plain where the host bounds the step, with profiler tables:
 # bench/host_overhead.py); host-overhead-bfloat16 (the same under bfloat16 autocast);
 # transformers (bench/transformer_bench.py); peers (float32); paper-resnet (the paper's protocol
@@ -92,12 +94,12 @@ fi
 
 step families-bfloat16 80 "$python" test/cuda/check_families.py --device "$device" \
   --autocast bfloat16 --out "$out/families-bfloat16.json" "${families[@]}"
+step families 80 "$python" test/cuda/check_families.py --device "$device" \
+  --out "$out/families.json" "${families[@]}"
 step user-story 150 "$python" bench/user_story.py --device "$device" "${story[@]}" \
   --out "$out/user-story.json"
 step peers-bfloat16 150 "$python" bench/peers.py --device "$device" --autocast bfloat16 "${peers[@]}" \
   --out "$out/peers"
-step families 80 "$python" test/cuda/check_families.py --device "$device" \
-  --out "$out/families.json" "${families[@]}"
 step host-overhead 120 "$python" bench/host_overhead.py --device "$device" \
   --profile "$out/profile" "${host[@]}"
 step host-overhead-bfloat16 120 "$python" bench/host_overhead.py --device "$device" \
