@@ -199,12 +199,13 @@ void defineCheckpointApi(py::module_& m) {
          const std::string& memory_limit, const std::string& strategy, const std::string& schedule,
          int slots, int max_stages, int segments, int profile_repeats, py::object progress,
          py::object profile_progress, const std::string& costs_json,
-         const std::string& costs_input_key, bool verbose) {
+         const std::string& costs_input_key, bool verbose, const std::vector<int>& copying_stages) {
         jitckpt::PythonWarnings warnings;
         auto options = makeOptions(strategy, schedule, slots, max_stages, segments, profile_repeats,
                                    std::move(progress), std::move(profile_progress), costs_json,
                                    costs_input_key);
         options.verbose = verbose;
+        options.copying_stages = copying_stages;
         const auto limit =
             parseOption([&] { return jitckpt::solver::MemoryLimit::parse(memory_limit); });
         if (example_inputs.is_none()) {  // rewrite now, plan at the first training call
@@ -219,7 +220,8 @@ void defineCheckpointApi(py::module_& m) {
       py::arg("module"), py::arg("example_inputs"), py::arg("memory_limit"), py::arg("strategy"),
       py::arg("schedule"), py::arg("slots"), py::arg("max_stages"), py::arg("segments"),
       py::arg("profile_repeats"), py::arg("progress"), py::arg("profile_progress") = py::none(),
-      py::arg("costs_json") = "", py::arg("costs_input_key") = "", py::arg("verbose") = false);
+      py::arg("costs_json") = "", py::arg("costs_input_key") = "", py::arg("verbose") = false,
+      py::arg("copying_stages") = std::vector<int>{});
   m.def(
       "_jit_pass_jitckpt_checkpoint",
       [](const torch::jit::Module& module, const std::string& memory_limit,
@@ -238,6 +240,16 @@ void defineCheckpointApi(py::module_& m) {
   m.def("strip", [](const torch::jit::Module& module) { return jitckpt::strip(module); });
   m.def("costs_json", [](const torch::jit::Module& module) {
     return jitckpt::solver::costsToJson(profiledPlan(module)->solution().costs);
+  });
+  // The stages whose B copied a parameter's gradient to its layout (a profile's finding that
+  // reuse_profile_of carries with the costs).
+  m.def("copying_stages", [](const torch::jit::Module& module) {
+    const auto& plan = *profiledPlan(module);
+    std::vector<int> stages;
+    for (int l = 1; l <= plan.numStages(); ++l) {
+      if (plan.stages().copiesParameterGradients(l)) stages.push_back(l);
+    }
+    return stages;
   });
   // The inputs that profile was measured on (InputKey::str()).
   m.def("profile_input_key", [](const torch::jit::Module& module) {

@@ -56,6 +56,12 @@ solver::Costs measuredCosts(std::shared_ptr<const ChainStages> stages,
                 ", but these are ", key,
                 ": its times and sizes do not hold for them; leave reuse_profile_of out to "
                 "profile these inputs");
+    for (int l : options.copying_stages) {
+      TORCH_CHECK(l >= 1 && l <= stages->size(), "the reused profile names stage ", l,
+                  " as one that copies its gradients, but this model has ", stages->size(),
+                  " stages; reuse only a profile of the same model and options");
+      stages->setCopiesParameterGradients(l);
+    }
     report("reusing the given profile");
     return *options.costs;
   }

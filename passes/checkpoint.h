@@ -41,6 +41,10 @@ struct CheckpointOptions {
   // skips profiling, so that trying several limits or strategies costs one profile.
   std::optional<solver::Costs> costs;
   std::string costs_input_key;  // InputKey::str() of the inputs `costs` was measured on, if known
+  // With `costs`: the stages whose B, in that profile, copied a parameter's gradient to the
+  // parameter's layout (ChainStages::copiesParameterGradients), so that they head their groups
+  // from the first step on.
+  std::vector<int> copying_stages;
   // Rewritten without example inputs: show the first training call's profiling even when stderr
   // is not a terminal.
   bool verbose = false;

@@ -134,6 +134,11 @@ std::shared_ptr<const ChainStages> stagesFromState(const Json& meta,
     TORCH_CHECK(false, "corrupt jitckpt plan in this file: ", e.what_without_backtrace(),
                 "; re-create it with jitckpt");
   }
+  // Absent from plans saved before it was recorded: such a plan learns it at its first backward.
+  for (size_t s = 0; s < texts.size(); ++s) {
+    if (stage_meta[s].value("copies_parameter_gradients", false))
+      chain->setCopiesParameterGradients(static_cast<int>(s) + 1);
+  }
   const auto positions = meta.at("lifted_position").get<std::vector<size_t>>();
   for (size_t k = 0; k < positions.size(); ++k) {
     TORCH_CHECK(k < chain->lifted().size() && positions[k] == chain->position(k),
@@ -170,6 +175,7 @@ Plan::State Plan::getState() const {
                           {"mutated_lifted", s.mutated_lifted},
                           {"writes_activation_input", s.writes_activation_input},
                           {"has_random_ops", stages_->hasRandomOps(l)},
+                          {"copies_parameter_gradients", stages_->copiesParameterGradients(l)},
                           {"label", s.label},
                           {"num_constants", moved.count},
                           {"pickled_constants", moved.pickled}});

@@ -139,6 +139,7 @@ def checkpoint(
         strategy, schedule or "", slots, max_stages, segments, profile_repeats, report, progress,
         _C.costs_json(reused) if reused is not None else "",
         _C.profile_input_key(reused) if reused is not None else "", verbose,
+        copying_stages=_C.copying_stages(reused) if reused is not None else [],
     )
     return torch.jit._recursive.wrap_cpp_module(rewritten)
 

@@ -169,3 +169,30 @@ def test_parameter_gradients_reach_autograd_laid_out_as_their_parameters():
     run(plain)
     for name, p in plain.named_parameters():
         assert torch.equal(p.grad, module_grads[name]), name
+
+
+def test_which_stages_copy_their_gradients_travels_with_the_plan(tmp_path):
+    """A stage whose B copies a parameter gradient to its parameter's layout heads its group (the
+    copy comes when its engine call ends). The profile learns which stages do; a plan saved and
+    loaded, or made from another module's profile, knows it before its first backward, so its
+    first step groups as the profiled plan's does and stays within the limit."""
+    x = torch.randn(4, 48, 32)
+    weights = torch.randn(4, 48, 32)
+
+    def make():
+        torch.manual_seed(0)
+        return torch.jit.script(SequenceMixer().train())
+
+    profiled = jitckpt.checkpoint(make(), (x,), memory_limit=None, profile_repeats=1)
+    groups = jitckpt.plan(profiled)["stage_groups"]
+    assert len(groups) > 1, groups  # the copying stages break the chain's one group
+    path = str(tmp_path / "mixer.pt")
+    torch.jit.save(profiled, path)
+    assert jitckpt.plan(torch.jit.load(path))["stage_groups"] == groups
+    reused = jitckpt.checkpoint(make(), (x,), memory_limit="min", reuse_profile_of=profiled)
+    assert jitckpt.plan(jitckpt.checkpoint(make(), (x,), memory_limit=None,
+                                           reuse_profile_of=profiled))["stage_groups"] == groups
+    with jitckpt.cpu_memory() as memory, torch.jit.optimized_execution(False):
+        (reused(x) * weights).sum().backward()
+    peak = memory.peak + x.numel() * x.element_size()
+    assert peak <= jitckpt.plan(reused)["memory_limit"] + 1024, (peak, jitckpt.plan(reused)["memory_limit"])
