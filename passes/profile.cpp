@@ -170,6 +170,21 @@ std::vector<int64_t> heldGradientBytes(const std::vector<StageProfile>& stages) 
   return wg;
 }
 
+// A gradient that B(l) adds to one a later stage made: where both stages run in one call of the
+// engine (a group), autograd adds them in the tensor's InputBuffer, in place only where it holds
+// the first one's storage alone, and that one is often a view whose base holds it too (a
+// weight's gradient, transposed twice): the add then makes a tensor of its size beside both.
+// ob[l] counts it. (Between calls the runtime hands the sum so far without its base, so that
+// the add is made in place there: this leaves such plans a tensor's bytes cautious.)
+void countSumsMadeOutOfPlace(const std::vector<StageProfile>& stages, solver::Costs& c) {
+  std::set<size_t> made;
+  for (size_t l = stages.size(); l >= 1; --l) {
+    for (const auto& [position, bytes] : stages[l - 1].lifted_gradients) {
+      if (!made.insert(position).second) c.ob[l] += bytes;
+    }
+  }
+}
+
 void appendStage(solver::Costs& c, const StageProfile& s, int l) {
   c.uf.push_back(s.forward_ms);
   c.uf_nograd.push_back(s.forward_no_grad_ms);
@@ -282,6 +297,9 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
     if (r >= untimed_runs) profile.unconstrained_run_ms.push_back(run.ms);
   }
   if (runs > 0) measureOnHandedLayouts(runner, arguments, handed, output_layouts, *probe, profile);
+  countSumsMadeOutOfPlace(profile.stages, c);
+  for (int l = 1; l <= L; ++l) profile.stages[l - 1].backward_overhead = c.ob[l];
+  profile.unconstrained_peak = solver::simulate(c, solver::noCheckpointSchedule(c)).peak;
   if (fits && timed_runs > 0) {
     profile.measured_unconstrained_ms = probes::median(profile.unconstrained_run_ms);
     profile.time_scale = calibrateTimes(c, profile.measured_unconstrained_ms);

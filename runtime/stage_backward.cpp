@@ -105,6 +105,15 @@ at::Tensor laidOutForAccumulation(at::Tensor gradient, const at::Tensor& tensor,
   return torch::autograd::utils::clone_obey_contract(gradient, tensor);
 }
 
+// `gradient` as a tensor of its own, not a view: a view (a weight's gradient made transposed and
+// transposed back) keeps its base, so its storage has two holders, and the engine adds the next
+// gradient of a sum so far in place only where it holds the sum's storage alone. Out of place,
+// the add is a transient the plan does not count. The same storage, nothing copied.
+at::Tensor withoutViewBase(at::Tensor gradient) {
+  if (!gradient.is_view()) return gradient;
+  return gradient.detach();  // the view, and with it its hold on the base, ends here
+}
+
 struct CallbackNode : public torch::autograd::Node {
   explicit CallbackNode(std::function<void()> body) : body_(std::move(body)) {}
   torch::autograd::variable_list apply(torch::autograd::variable_list&& /*unused*/) override {
@@ -273,7 +282,7 @@ Tensors StageRunner::backwardRun(std::vector<RecordedStage> run, Tensors output_
     at::Tensor& sum = lifted_sums.at(firstPosition(position));
     TORCH_INTERNAL_ASSERT(!sum.defined(),
                           "jitckpt: a run of B returned a gradient without taking the sum so far");
-    sum = std::move(gradient);
+    sum = withoutViewBase(std::move(gradient));
   }
   return std::move(gradients.inputs);
 }
