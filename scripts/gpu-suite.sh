@@ -6,12 +6,12 @@
 # fails or runs out of time does not stop the ones after it, and a step that would start with
 # less than 30 s left is skipped. Exits 1 when any step failed.
 #
-#   scripts/gpu-suite.sh [--seconds S] [--from STEP] [OUT]
+#   scripts/gpu-suite.sh [--seconds S] [--from STEP] [--archive FILE] [OUT]
 #                           on the GPU machine (builds with /usr/bin/g++, or JITCKPT_CXX: the
 #                           machines' CXX and c++ link libstdc++ statically); --from STEP starts at that
-#                           step (a second call, with the build kept, for what the first skipped)
-#                           copy OUT back as one archive (tar czf "$OUT/suite.tgz" OUT): the device
-#                           tool brings back only a few files, and OUT is gone with the machine
+#                           step (a second call, with the build kept, for what the first skipped);
+#                           --archive FILE writes OUT, once done, as one .tgz (on a lent machine, into
+#                           the folder the device tool brings back: it brings back only a few files)
 #   scripts/gpu-suite.sh --dry-run [OUT]
 #                           here: the same steps on the CPU, with build/ (built by scripts/test.sh;
 #                           JITCKPT_BUILD_DIR picks another), tiny sizes and one run each, so that a
@@ -31,12 +31,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-dry=0 seconds=560 from=""
+dry=0 seconds=560 from="" archive=""
 while [ $# -gt 0 ]; do
   case $1 in
     --dry-run) dry=1 ;;
     --seconds) seconds=$2; shift ;;
     --from) from=$2; shift ;;
+    --archive) archive=$2; shift ;;
     -*) echo "gpu-suite: unknown option $1"; exit 2 ;;
     *) break ;;
   esac
@@ -111,4 +112,8 @@ step paper-resnet 150 "$python" bench/models_bench.py "${resnet[@]}" --device "$
   --min-seconds 0.2 --pair sequential --out "$out"
 
 echo "gpu-suite: done in $((SECONDS - started)) s; results in $out"
+if [ -n "$archive" ]; then
+  tar czf "$archive" -C "$(dirname "$out")" "$(basename "$out")" || failed=1
+  echo "gpu-suite: archived as $archive"
+fi
 exit "$failed"
