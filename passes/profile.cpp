@@ -114,8 +114,7 @@ UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inpu
 
 // B(l) measured again, on ones laid out as the whole schedule handed it its gradients, where
 // measureMemory did not measure it so (stages 1..L-1: B(L) is handed ones in both); ob[l] the
-// larger, and the predicted unconstrained peak with it. The stages' inputs come from a forward
-// without grad, as the profile's own.
+// larger. The stages' inputs come from a forward without grad, as the profile's own.
 void measureOnHandedLayouts(StageRunner& runner, const ChainArguments& arguments,
                             const std::vector<GradientLayouts>& handed,
                             const std::vector<GradientLayouts>& output_layouts,
@@ -138,11 +137,9 @@ void measureOnHandedLayouts(StageRunner& runner, const ChainArguments& arguments
       const int64_t ob =
           measureBackward(runner, l, std::move(recorded), std::move(deltas), probe, unused);
       c.ob[l] = std::max(c.ob[l], ob);
-      profile.stages[l - 1].backward_overhead = c.ob[l];
     }
     if (l < last) current = runner.forward(l, current);
   }
-  profile.unconstrained_peak = solver::simulate(c, solver::noCheckpointSchedule(c)).peak;
 }
 
 // Scales uf, uf_nograd and ub by measured / predicted time of the no-checkpointing schedule (see
@@ -157,32 +154,22 @@ double calibrateTimes(solver::Costs& c, double measured_ms) {
   return scale;
 }
 
-// wg: a lifted tensor's gradient is allocated by the first B that returns one (the last stage
-// that reads it) and held to the end; later ones are summed into it.
-std::vector<int64_t> heldGradientBytes(const std::vector<StageProfile>& stages) {
-  std::vector<int64_t> wg(stages.size() + 2, 0);
-  std::set<size_t> held;
-  for (size_t l = stages.size(); l >= 1; --l) {
-    for (const auto& [position, bytes] : stages[l - 1].lifted_gradients) {
-      if (held.insert(position).second) wg[l] += bytes;
-    }
-  }
-  return wg;
-}
+// Per stage, the bytes of the lifted tensors' gradients its B returns: `made` (wg) where it is
+// the first B to return one (the last stage that reads the tensor), held to the end; `summed`
+// where a later stage made it and B adds to that one.
+struct LiftedGradientBytes {
+  std::vector<int64_t> made, summed;
+};
 
-// A gradient that B(l) adds to one a later stage made: where both stages run in one call of the
-// engine (a group), autograd adds them in the tensor's InputBuffer, in place only where it holds
-// the first one's storage alone, and that one is often a view whose base holds it too (a
-// weight's gradient, transposed twice): the add then makes a tensor of its size beside both.
-// ob[l] counts it. (Between calls the runtime hands the sum so far without its base, so that
-// the add is made in place there: this leaves such plans a tensor's bytes cautious.)
-void countSumsMadeOutOfPlace(const std::vector<StageProfile>& stages, solver::Costs& c) {
+LiftedGradientBytes liftedGradientBytes(const std::vector<StageProfile>& stages) {
+  LiftedGradientBytes bytes{std::vector<int64_t>(stages.size() + 2, 0),
+                            std::vector<int64_t>(stages.size() + 1, 0)};
   std::set<size_t> made;
   for (size_t l = stages.size(); l >= 1; --l) {
-    for (const auto& [position, bytes] : stages[l - 1].lifted_gradients) {
-      if (!made.insert(position).second) c.ob[l] += bytes;
-    }
+    for (const auto& [position, size] : stages[l - 1].lifted_gradients)
+      (made.insert(position).second ? bytes.made : bytes.summed)[l] += size;
   }
+  return bytes;
 }
 
 void appendStage(solver::Costs& c, const StageProfile& s, int l) {
@@ -272,7 +259,8 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   std::copy(held.wd.begin(), held.wd.end(), c.wd.begin());
   c.wd_handed = held.handed;
   c.wd_handed.push_back(0);  // the terminal stage
-  c.wg = heldGradientBytes(profile.stages);
+  const LiftedGradientBytes lifted_gradients = liftedGradientBytes(profile.stages);
+  c.wg = lifted_gradients.made;
   profile.labels.push_back("loss");
   solver::validate(c);
   profile.unconstrained_peak = solver::simulate(c, solver::noCheckpointSchedule(c)).peak;
@@ -297,8 +285,16 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
     if (r >= untimed_runs) profile.unconstrained_run_ms.push_back(run.ms);
   }
   if (runs > 0) measureOnHandedLayouts(runner, arguments, handed, output_layouts, *probe, profile);
-  countSumsMadeOutOfPlace(profile.stages, c);
-  for (int l = 1; l <= L; ++l) profile.stages[l - 1].backward_overhead = c.ob[l];
+  // Where B(l) and a later B that made a gradient it adds to run in one engine call (a group),
+  // autograd adds the two in the tensor's InputBuffer, in place only where it holds the first
+  // one's storage alone, and that one is often a view whose base holds it too (a weight's
+  // gradient, transposed twice): the add then makes a tensor of its size beside both. ob counts
+  // it. (Between calls the runtime hands the sum so far without its base and the add is made in
+  // place: such plans are a tensor's bytes cautious there.)
+  for (int l = 1; l <= L; ++l) {
+    c.ob[l] += lifted_gradients.summed[l];
+    profile.stages[l - 1].backward_overhead = c.ob[l];
+  }
   profile.unconstrained_peak = solver::simulate(c, solver::noCheckpointSchedule(c)).peak;
   if (fits && timed_runs > 0) {
     profile.measured_unconstrained_ms = probes::median(profile.unconstrained_run_ms);
