@@ -173,7 +173,7 @@ Tensors ScheduleExecutor::runBackwardWholeGraph(const Tensors& output_grads) {
   Tensors inputs;
   for (const auto& t : arguments.inputs)
     inputs.push_back(t.detach().requires_grad_(t.requires_grad() && t.is_floating_point()));
-  std::vector<std::pair<size_t, at::Tensor>> side_leaves;
+  SideLeaves side_leaves;
   Tensors current = inputs;
   for (int l = 1; l <= L_; ++l) current = runner_.wholeGraphForward(l, current, &side_leaves);
   checkOutputGrads(output_grads);

@@ -73,6 +73,12 @@ bool holdsTensorRequiringGrad(const c10::IValue& v) {
 
 }  // namespace
 
+const at::Tensor& SideLeaves::leafFor(size_t position, size_t first, const at::Tensor& live) {
+  const auto [it, inserted] = index_.emplace(first, entries_.size());
+  if (inserted) entries_.emplace_back(position, live.detach().requires_grad_());
+  return entries_[it->second].second;
+}
+
 std::optional<c10::DeviceType> StageRunner::autocastDevice() const {
   const auto device = chainDevice(arguments_);
   if (device && ((device->is_cpu() && autocast_.cpu) || (device->is_cuda() && autocast_.cuda)))
@@ -194,13 +200,14 @@ c10::IValue StageRunner::liftedValue(int l, size_t j, bool recomputation) {
   const at::Tensor& live = arguments_.lifted_tensors[position];
   // An Optional[Tensor] attribute holding None (conv bias=False) reaches the stage as None.
   if (!live.defined()) return c10::IValue();
-  const bool writes = contains(stages_->stage(l).mutated_lifted, k);
-  if (buffer_writes_ == BufferWrites::Scratch) return writes ? scratch_[l].at(k) : live;
+  // (a group's list of written tensors is long: searched only where the answer matters)
+  auto writes = [&] { return contains(stages_->stage(l).mutated_lifted, k); };
+  if (buffer_writes_ == BufferWrites::Scratch) return writes() ? scratch_[l].at(k) : live;
   // Buffers are updated once per step: a recomputation reads what the first run read (a spectral
   // norm's vector, a counter; BatchNorm in training reads none of its statistics) and writes to
   // a clone.
   const at::Tensor seen = stages_->readsValue(l, j) ? valueAtFirstRun(l, j, !recomputation) : live;
-  return recomputation && writes ? seen.detach().clone() : seen;
+  return recomputation && writes() ? seen.detach().clone() : seen;
 }
 
 at::Tensor StageRunner::valueAtFirstRun(int l, size_t j, bool first_run) {
@@ -243,8 +250,7 @@ bool StageRunner::entersAsLeaf(size_t k) const {
   return t.defined() && t.requires_grad();
 }
 
-Tensors StageRunner::run(int l, const Tensors& activations, Mode mode,
-                         std::vector<std::pair<size_t, at::Tensor>>* side_leaves) {
+Tensors StageRunner::run(int l, const Tensors& activations, Mode mode, SideLeaves* side_leaves) {
   const StageSpec& stage = stages_->stage(l);
   const bool recomputation = ran_[l];
   c10::AutoGradMode grad_mode(mode == Mode::Inference ? c10::GradMode::is_enabled()
@@ -262,15 +268,9 @@ Tensors StageRunner::run(int l, const Tensors& activations, Mode mode,
       // One leaf per tensor among those `side_leaves` holds: a tensor lifted twice (tied weights)
       // gets one, and so does one that several stages read in a whole-graph run, where autograd
       // then adds all its uses in one buffer, in the unmodified model's order.
-      const at::Tensor& live = arguments_.lifted_tensors[stages_->position(k)];
-      auto same = std::find_if(side_leaves->begin(), side_leaves->end(), [&](const auto& entry) {
-        return arguments_.lifted_tensors[entry.first].is_same(live);
-      });
-      if (same == side_leaves->end()) {
-        side_leaves->emplace_back(stages_->position(k), live.detach().requires_grad_());
-        same = std::prev(side_leaves->end());
-      }
-      stack.emplace_back(same->second);
+      const size_t position = stages_->position(k);
+      stack.emplace_back(side_leaves->leafFor(position, first_positions_[position],
+                                              arguments_.lifted_tensors[position]));
     } else {
       stack.push_back(liftedValue(l, j, recomputation));
     }
@@ -367,8 +367,7 @@ RecordedStage StageRunner::recordedForward(int l, const Tensors& activations) {
   return recorded;
 }
 
-Tensors StageRunner::wholeGraphForward(int l, const Tensors& activations,
-                                       std::vector<std::pair<size_t, at::Tensor>>* side_leaves) {
+Tensors StageRunner::wholeGraphForward(int l, const Tensors& activations, SideLeaves* side_leaves) {
   return run(l, activations, Mode::Record, side_leaves);
 }
 

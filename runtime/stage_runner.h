@@ -23,7 +23,9 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "runtime/chain_arguments.h"
@@ -38,6 +40,26 @@ namespace jitckpt {
 // reentrant and runs on that thread; called from elsewhere, it hands its CUDA work to that
 // thread and waits for it, twice per call, which a profile would count into every B.
 void runAsBackward(c10::Device device, const std::function<void()>& body);
+
+// The leaves that lifted tensors requiring grad enter recorded runs as: one per tensor (a tensor
+// lifted at several positions, tied weights, gets one), as (its first position in
+// ChainArguments::lifted_tensors, the leaf), in the order the runs first read them. Found by
+// first position in constant time: a chain run as one group reads thousands (ResNet-1001).
+class SideLeaves {
+ public:
+  using Entry = std::pair<size_t, at::Tensor>;
+  // The leaf of the tensor `live` at `position`, whose first position is `first`: made (a
+  // detached alias that requires grad) where none is held yet.
+  const at::Tensor& leafFor(size_t position, size_t first, const at::Tensor& live);
+  std::vector<Entry>::iterator begin() { return entries_.begin(); }
+  std::vector<Entry>::iterator end() { return entries_.end(); }
+  std::vector<Entry>::const_iterator begin() const { return entries_.begin(); }
+  std::vector<Entry>::const_iterator end() const { return entries_.end(); }
+
+ private:
+  std::vector<Entry> entries_;
+  std::unordered_map<size_t, size_t> index_;  // first position -> entry
+};
 
 // abar^l: a recorded run of stage l. Its inputs enter as detached aliases whose gradient edge
 // (where floating point and a gradient flows) leads to a node of their own that holds no tensor,
@@ -54,7 +76,7 @@ struct RecordedStage {
   std::vector<torch::autograd::Edge> input_edges;   // invalid where no gradient flows
   Tensors outputs;                                  // a^l; empty once released
   std::vector<torch::autograd::Edge> output_edges;  // invalid where the output needs no gradient
-  std::vector<std::pair<size_t, at::Tensor>> side_leaves;
+  SideLeaves side_leaves;
   // The autograd sequence numbers (at::sequence_number, per thread) the recording used: from
   // `first_sequence_nr` up to, not including, `end_sequence_nr`.
   uint64_t first_sequence_nr = 0, end_sequence_nr = 0;
@@ -142,8 +164,7 @@ class StageRunner {
   // copies), side values entering as leaves as in Fall (appended to `side_leaves`, one per
   // tensor over every stage run with the same list): for a backward that differentiates the whole
   // chain at once (retain_graph).
-  Tensors wholeGraphForward(int l, const Tensors& activations,
-                            std::vector<std::pair<size_t, at::Tensor>>* side_leaves);
+  Tensors wholeGraphForward(int l, const Tensors& activations, SideLeaves* side_leaves);
 
   // The lifted tensors of stage l that get gradients (parameters, and tensors computed before
   // the chain that require grad).
@@ -151,8 +172,7 @@ class StageRunner {
 
  private:
   enum class Mode { Inference, Forward, Record };
-  Tensors run(int l, const Tensors& activations, Mode mode,
-              std::vector<std::pair<size_t, at::Tensor>>* side_leaves = nullptr);
+  Tensors run(int l, const Tensors& activations, Mode mode, SideLeaves* side_leaves = nullptr);
   // Lifted tensors that require grad reach recorded runs as leaves of their own (RecordedStage).
   bool entersAsLeaf(size_t k) const;
   void takeLiftedSums(const RecordedStage& recorded, Tensors& lifted_sums,
