@@ -12,7 +12,7 @@
 #                           step (a second call, with the build kept, for what the first skipped);
 #                           --archive FILE writes OUT, once done, as one .tgz (on a lent machine, into
 #                           the folder the device tool brings back: it brings back only a few files)
-#   scripts/gpu-suite.sh --dry-run [OUT]
+#   scripts/gpu-suite.sh --dry-run [--archive FILE] [OUT]
 #                           here: the same steps on the CPU, with build/ (built by scripts/test.sh;
 #                           JITCKPT_BUILD_DIR picks another), tiny sizes and one run each, so that a
 #                           mistake in a step shows here, not on a lent machine (ctest
@@ -20,14 +20,15 @@
 #
 # The steps, in order of value: build (scripts/bench.sh gpu-build: the build and the CUDA checks);
 # families-bfloat16 (every model family bit for bit at its smallest limit under bfloat16
-# autocast, within it: test/cuda/check_families.py); families (float32); user-story (a Llama in
-# bfloat16 at a batch that runs out of memory without jitckpt, trained with memory_limit="auto",
-# and the peers at that batch: bench/user_story.py); peers-bfloat16 (GPT against torch.compile's
-# memory budgets and selective checkpointing at equal peak: bench/peers.py); host-overhead
-# (jitckpt unconstrained against plain where the host bounds the step, with profiler tables:
-# bench/host_overhead.py); host-overhead-bfloat16 (the same under bfloat16 autocast);
-# transformers (bench/transformer_bench.py); peers (float32); paper-resnet (the paper's protocol
-# on one ResNet: bench/models_bench.py).
+# autocast, within it: test/cuda/check_families.py); families (float32); trace-densenet (where
+# DenseNet-121's float32 step peaks at its smallest limit, block by block:
+# test/cuda/trace_peak.py); host-overhead (jitckpt unconstrained against plain where the host
+# bounds the step, with profiler tables: bench/host_overhead.py); user-story (a Llama in bfloat16
+# at a batch that runs out of memory without jitckpt, trained with memory_limit="auto", and the
+# peers at that batch: bench/user_story.py); peers-bfloat16 (GPT against torch.compile's memory
+# budgets and selective checkpointing at equal peak: bench/peers.py); host-overhead-bfloat16 (the
+# same as host-overhead under bfloat16 autocast); transformers (bench/transformer_bench.py);
+# peers (float32); paper-resnet (the paper's protocol on one ResNet: bench/models_bench.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -75,7 +76,7 @@ if [ "$dry" = 1 ]; then
   [ -d "$build/python/jitckpt" ] || { echo "gpu-suite: no jitckpt in ${JITCKPT_BUILD_DIR:-build}/python: build first"; exit 1; }
   python=/usr/bin/python3 device=cpu seconds=100000
   export PYTHONPATH=$build/python
-  families=(--cpu-block 512 gpt_mask_input unet) host=(--rounds 1 resnet18:32:2)
+  families=(--cpu-block 512 gpt_mask_input unet) host=(--rounds 1 resnet18:32:2) traced=()
   story=(--capacity 4MiB --layers 2 --d 32 --heads 4 --kv-heads 2 --vocab 64 --sequence 32 --steps 2
     --memory-limit 0.5 --peers full --compile-budgets "")
   peers=(--models gpt --size test --rounds 1 --limits 0.5 --sac full --compile-budgets "")
@@ -84,7 +85,7 @@ if [ "$dry" = 1 ]; then
 else
   python=${PYTHON:-python3} device=cuda
   export CXX=${JITCKPT_CXX:-/usr/bin/g++} PYTHONPATH=$PWD/build-cuda/python
-  families=() host=(--rounds 3 resnet1001:224:2 densenet121:500:8)
+  families=() host=(--rounds 3 resnet1001:224:2 densenet121:500:8) traced=(densenet121)
   story=(--seconds 20 --peers full,ops-half --compile-budgets "")
   peers=(--models gpt --size large --rounds 2 --no-pair --limits 0.5 --sac full,ops-half --compile-budgets 0.3)
   resnet=(--model resnet101 --image 1000 --batch 2 --runs 3 --paired-rounds 3 --limits 4 --segment-counts 5
@@ -97,12 +98,13 @@ step families-bfloat16 80 "$python" test/cuda/check_families.py --device "$devic
   --autocast bfloat16 --out "$out/families-bfloat16.json" "${families[@]}"
 step families 80 "$python" test/cuda/check_families.py --device "$device" \
   --out "$out/families.json" "${families[@]}"
+[ ${#traced[@]} -gt 0 ] && step trace-densenet 60 "$python" test/cuda/trace_peak.py "${traced[@]}"
+step host-overhead 170 "$python" bench/host_overhead.py --device "$device" \
+  --profile "$out/profile" "${host[@]}"
 step user-story 150 "$python" bench/user_story.py --device "$device" "${story[@]}" \
   --out "$out/user-story.json"
 step peers-bfloat16 150 "$python" bench/peers.py --device "$device" --autocast bfloat16 "${peers[@]}" \
   --out "$out/peers"
-step host-overhead 120 "$python" bench/host_overhead.py --device "$device" \
-  --profile "$out/profile" "${host[@]}"
 step host-overhead-bfloat16 120 "$python" bench/host_overhead.py --device "$device" \
   --autocast bfloat16 "${host[@]}"
 step transformers 60 "$python" bench/transformer_bench.py --device "$device" \
