@@ -81,8 +81,7 @@ solver::Costs measuredCosts(std::shared_ptr<const ChainStages> stages,
   profile_options.whole_schedule_room =
       wholeScheduleRoom(limit, arguments, /*in_training_call=*/false);
   ChainProfile profile = profileStages(std::move(stages), arguments, profile_options);
-  if (profile_options.whole_schedule_room >= 0 &&
-      profile.unconstrained_peak > profile_options.whole_schedule_room) {
+  if (!profile.ran_unconstrained) {
     report("the chain without checkpointing (" + solver::formatBytes(profile.unconstrained_peak) +
            ") does not fit the device's available memory: not run, stage times unscaled");
   }

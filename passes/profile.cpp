@@ -274,6 +274,7 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   const bool fits =
       options.whole_schedule_room < 0 || profile.unconstrained_peak <= options.whole_schedule_room;
   const int runs = fits ? untimed_runs + timed_runs : 0;
+  profile.ran_unconstrained = runs > 0;
   std::vector<GradientLayouts> handed(static_cast<size_t>(L) + 1);
   for (int r = 0; r < runs; ++r) {
     Tensors inputs;

@@ -116,6 +116,9 @@ struct ChainProfile {
   std::string device;
   // The no-checkpointing peak as the simulator predicts it from `costs`.
   int64_t unconstrained_peak = 0;
+  // Whether that schedule ran for real (the runs below): not where its peak, predicted before
+  // the runs, did not fit ProfileOptions::whole_schedule_room.
+  bool ran_unconstrained = false;
   // The same schedule run for real, stage by stage as the executor runs it, each B alone (as the
   // simulator has it): peak live bytes above the baseline plus a^0 and delta^L (held from the
   // start in the simulator). The lifted

@@ -202,6 +202,24 @@ def test_auto_leaves_room_for_the_loss(autocast):
     assert max(first.peak, later.peak) <= capacity, (first.peak, later.peak, capacity)
 
 
+def test_says_whether_the_chain_ran_without_checkpointing(capsys):
+    """Planning with example inputs times the chain without checkpointing where it fits the
+    available memory, and says so; where it does not fit, it says that it did not run it."""
+    family = families.FAMILIES["two_input"]("test")
+    not_run = "does not fit the device's available memory: not run"
+    jitckpt.checkpoint(family.make(0), family.inputs, memory_limit="auto", profile_repeats=1, verbose=True)
+    roomy = capsys.readouterr().err
+    assert "timed the chain without checkpointing" in roomy and not_run not in roomy, roomy
+    smallest = jitckpt.plan(jitckpt.checkpoint(family.make(0), family.inputs, memory_limit="min",
+                                               profile_repeats=1))
+    budget = (smallest["memory_limit"] + smallest["unconstrained_peak"]) // 2
+    jitckpt._C.set_available_memory_for_testing(int((budget + gradient_bytes(family.make(0))) / 0.9))
+    capsys.readouterr()
+    jitckpt.checkpoint(family.make(0), family.inputs, memory_limit="auto", profile_repeats=1, verbose=True)
+    tight = capsys.readouterr().err
+    assert not_run in tight and "timed the chain without checkpointing" not in tight, tight
+
+
 def test_auto_below_the_minimum_names_both():
     family = families.FAMILIES["two_input"]("test")
     jitckpt._C.set_available_memory_for_testing(20 * 1024)
