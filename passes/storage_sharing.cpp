@@ -95,6 +95,10 @@ GradientSources HandedGradients::sourcesOf(const Tensors& input_grads) const {
     }
     sources.handed_on_from.push_back(from);
     sources.made.push_back(index);
+    sources.own_bytes.push_back(
+        t.defined()
+            ? probes::allocatedBytes(t.device(), static_cast<int64_t>(t.numel()) * t.element_size())
+            : 0);
   }
   return sources;
 }
@@ -135,6 +139,10 @@ HeldGradients heldGradients(const std::vector<GradientSources>& stages,
                               ") handed on the gradient of output ", from, ", which stage ", l,
                               " does not have");
         next[i] = ids[static_cast<size_t>(from)];
+        if (next[i] < 0 && i < s.own_bytes.size() && s.own_bytes[i] > 0) {  // none handed: made
+          next[i] = static_cast<int>(bytes_of.size());
+          bytes_of.push_back(s.own_bytes[i]);
+        }
       } else if (s.made[i] >= 0) {
         next[i] = first_made + s.made[i];
       }

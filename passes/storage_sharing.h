@@ -46,11 +46,13 @@ class SpanTracker {
 
 // Per input gradient of one B: the first output gradient whose storage it shares (handed_on_from),
 // or the storage B made that it lies in (made, an index into made_bytes); -1 where neither
-// (undefined).
+// (undefined). own_bytes: what the gradient takes as a tensor of its own (0 where undefined), for
+// one handed on from an output gradient that a step does not hand B (heldGradients).
 struct GradientSources {
   std::vector<int> handed_on_from;
   std::vector<int> made;
   std::vector<int64_t> made_bytes;
+  std::vector<int64_t> own_bytes;
 };
 
 // Remembers the storages of the gradients handed to a B, weakly: B still frees each once read,
@@ -69,6 +71,10 @@ class HandedGradients {
 // following those handed on from the chain's output gradients (output_grad_bytes, one per output,
 // 0 where none) down to delta^0: wd[l] for l = 0..L-1, and handed[l] for l = 1..L (entry 0 is 0),
 // the bytes of the storages that delta^{l-1} and delta^l both hold (solver::Costs::wd_handed).
+// A B is measured with a gradient for every output that requires grad; where a step hands it
+// none (the next stage reads that output for its shape only), a gradient measured as handed on
+// from it (added in place into the one handed: PyTorch 2.x's engine does) is made by B, its
+// own_bytes.
 struct HeldGradients {
   std::vector<int64_t> wd, handed;
 };

@@ -29,13 +29,32 @@ TEST(StorageSharing, GradientsHandedOnAreToldFromThoseBMade) {
 // hands each of its 4 inputs a slice; stages 2 and 1 each read one slice and hand the others on,
 // beside 8 bytes of their own. Each delta keeps the whole 40 alive while it holds any slice.
 TEST(StorageSharing, ASliceHandedOnHoldsTheWholeUntilTheLastBThatReadsIt) {
-  GradientSources cat{{-1, -1, -1, -1}, {0, 0, 0, 0}, {40}};
-  GradientSources branch2{{0, 1, 2, -1}, {-1, -1, -1, 0}, {8}};
-  GradientSources branch1{{0, 1, -1}, {-1, -1, 0}, {8}};
+  GradientSources cat{{-1, -1, -1, -1}, {0, 0, 0, 0}, {40}, {10, 10, 10, 10}};
+  GradientSources branch2{{0, 1, 2, -1}, {-1, -1, -1, 0}, {8}, {10, 10, 10, 8}};
+  GradientSources branch1{{0, 1, -1}, {-1, -1, 0}, {8}, {10, 10, 8}};
   // delta^3: the chain's output gradient, 100 bytes.
   const HeldGradients held = heldGradients({branch1, branch2, cat}, {100});
   EXPECT_EQ(held.wd, (std::vector<int64_t>{40 + 8, 40 + 8, 40}));
   // B(2) and B(1) hold the 40 bytes in what they read and in what they hand on: counted once
   // while each runs. B(3) makes its 40 anew.
   EXPECT_EQ(held.handed, (std::vector<int64_t>{0, 40, 40, 0}));
+}
+
+// A stage that passes a tensor through to a next stage that reads it for its shape only: the
+// profile hands B a gradient for that output, and PyTorch 2.x's engine adds B's own gradient of
+// the tensor into it in place, so the gradient returned lies in the one handed. A step hands no
+// gradient there (the next stage gave none): B makes that gradient, of its own size.
+TEST(StorageSharing, AGradientAddedIntoOneAStepDoesNotHandIsMadeByB) {
+  const at::Tensor handed_x = at::ones({4, 4});
+  const Tensors output_grads{at::ones({3}), handed_x};
+  const HandedGradients handed(output_grads);
+  GradientSources head = handed.sourcesOf({handed_x});
+  EXPECT_EQ(head.handed_on_from, (std::vector<int>{1}));
+  EXPECT_EQ(head.own_bytes, (std::vector<int64_t>{16 * kFloat}));
+  // The step: output 0's gradient is 12 bytes, output 1 (passed through, read for its shape by
+  // the stage after) gets none.
+  GradientSources after{{-1, -1}, {0, -1}, {12}, {12, 0}};
+  const HeldGradients held = heldGradients({head, after}, {12});
+  EXPECT_EQ(held.wd, (std::vector<int64_t>{16 * kFloat, 12}));
+  EXPECT_EQ(held.handed, (std::vector<int64_t>{0, 0, 0}));
 }
