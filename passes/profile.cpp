@@ -177,7 +177,9 @@ void appendStage(solver::Costs& c, const StageProfile& s, int l) {
   c.uf_nograd.push_back(s.forward_no_grad_ms);
   c.ub.push_back(s.backward_ms);
   c.wa.push_back(s.output_bytes);
-  c.wabar.push_back(std::max(s.recorded_bytes + s.passed_bytes, s.output_bytes));
+  // (one size for every run: a first run is counted the copies a recomputation holds)
+  c.wabar.push_back(
+      std::max(s.recorded_bytes + s.passed_bytes + s.written_copies_bytes, s.output_bytes));
   c.wd[l - 1] = s.input_grad_bytes;
   c.wd.push_back(0);  // delta^l: set by stage l+1 (or by the caller for l = L)
   c.of.push_back(s.forward_overhead_grad);

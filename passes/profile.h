@@ -91,9 +91,13 @@ struct ProfileOptions {
 struct StageProfile {  // the measurements behind one stage's costs, for reports and tests
   std::string label;
   double forward_ms = 0, backward_ms = 0, forward_no_grad_ms = 0;
-  int64_t output_bytes = 0;            // wa
-  int64_t passed_bytes = 0;            // the part of wa that the input holds (Costs::passedBytes)
-  int64_t recorded_bytes = 0;          // live bytes after Fall minus before (wabar before max)
+  int64_t output_bytes = 0;    // wa
+  int64_t passed_bytes = 0;    // the part of wa that the input holds (Costs::passedBytes)
+  int64_t recorded_bytes = 0;  // live bytes after Fall minus before (wabar before max)
+  // The copies of the buffers the stage updates (BatchNorm's statistics) that a recomputation
+  // writes to instead (StageRunner): its graph saves them (BatchNorm's backward takes the
+  // statistics), so a recomputed abar holds them; the first run's writes the buffers themselves.
+  int64_t written_copies_bytes = 0;
   int64_t input_grad_bytes = 0;        // B's own: wd[l-1] counts what it hands on as well
   GradientSources input_grad_sources;  // which storage each input gradient lies in
   // Size of the stage's parameter gradients: B returns them, so ob includes them; afterwards they

@@ -21,6 +21,17 @@ int64_t parameterGradBytes(const StageRunner& runner, const StageGradients& grad
   return storageBytes(parameter_grads);
 }
 
+// The bytes of the tensors stage l writes in place (its updated buffers), which a recomputation
+// writes to copies of.
+int64_t writtenBytes(const StageRunner& runner, int l) {
+  Tensors written;
+  for (size_t k : runner.stages().stage(l).mutated_lifted) {
+    if (runner.stages().lifted()[k].kind == LiftedKind::Scalar) continue;
+    written.push_back(runner.arguments().lifted_tensors[runner.stages().position(k)]);
+  }
+  return storageBytes(written);
+}
+
 bool someAreNotContiguous(const Tensors& tensors) {
   return std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) {
     return t.defined() && t.requires_grad() && !t.is_contiguous();
@@ -98,6 +109,7 @@ Tensors measureMemory(StageRunner& runner, int l, const Tensors& current,
   base = probe.resetPeak();
   RecordedStage recorded = runner.recordedForward(l, current);  // Fall: keeps abar^l
   s.recorded_bytes = probe.currentBytes() - base;
+  s.written_copies_bytes = writtenBytes(runner, l);
   s.forward_overhead_grad = std::max<int64_t>(0, probe.peakBytes() - base - s.recorded_bytes);
   // B holds the stage's parameter gradients at its end, with transients that may come before
   // them: ob covers both (once B is done they are wg's, held to the end of the chain's backward).
