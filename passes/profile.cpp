@@ -287,7 +287,20 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
       profile.measured_unconstrained_peak = run.peak;
     if (r >= untimed_runs) profile.unconstrained_run_ms.push_back(run.ms);
   }
-  if (runs > 0) measureOnHandedLayouts(runner, arguments, handed, output_layouts, *probe, profile);
+  if (runs > 0) {
+    measureOnHandedLayouts(runner, arguments, handed, output_layouts, *probe, profile);
+  } else {
+    // No whole run (it would not fit): each delta^l in the layouts B(l+1) made it in when
+    // measured (a transposed a^l's B handed contiguous ones makes its input's gradient
+    // transposed, say), where B(l) was measured on ones laid out as a^l.
+    for (size_t variant = 0; variant < 2; ++variant) {
+      for (int l = 1; l < L; ++l) {
+        const auto& made = profile.stages[l].input_grad_layouts;
+        handed[l] = made.empty() ? GradientLayouts{} : made[std::min(variant, made.size() - 1)];
+      }
+      measureOnHandedLayouts(runner, arguments, handed, output_layouts, *probe, profile);
+    }
+  }
   // Where B(l) and a later B that made a gradient it adds to run in one engine call (a group),
   // autograd adds the two in the tensor's InputBuffer, in place only where it holds the first
   // one's storage alone, and that one is often a view whose base holds it too (a weight's

@@ -88,6 +88,16 @@ struct ProfileOptions {
   int64_t whole_schedule_room = -1;
 };
 
+// The layout of a gradient handed to a B (undefined: none), as a step hands it: B(l+1) makes
+// delta^l in the layout its ops give (channels-last from a convolution's backward, a slice of a
+// cat's gradient), where measureMemory hands B(l) ones laid out as a^l.
+struct GradientLayout {
+  bool defined = false;
+  std::vector<int64_t> sizes, strides;
+  bool contiguous = false;
+};
+using GradientLayouts = std::vector<GradientLayout>;  // one per output of a stage
+
 struct StageProfile {  // the measurements behind one stage's costs, for reports and tests
   std::string label;
   double forward_ms = 0, backward_ms = 0, forward_no_grad_ms = 0;
@@ -100,6 +110,9 @@ struct StageProfile {  // the measurements behind one stage's costs, for reports
   int64_t written_copies_bytes = 0;
   int64_t input_grad_bytes = 0;        // B's own: wd[l-1] counts what it hands on as well
   GradientSources input_grad_sources;  // which storage each input gradient lies in
+  // The layouts of the input gradients, per delta^l B was measured on (ones laid out as a^l,
+  // then contiguous ones where a^l is not): what B(l) may hand B(l-1).
+  std::vector<GradientLayouts> input_grad_layouts;
   // Size of the stage's parameter gradients: B returns them, so ob includes them; afterwards they
   // stay until the chain's backward hands them to autograd, as .grad would hold them.
   int64_t parameter_grad_bytes = 0;

@@ -88,6 +88,7 @@ int64_t measureBackward(StageRunner& runner, int l, RecordedStage recorded, Tens
   const int64_t peak = probe.peakBytes() - base;
   s.input_grad_bytes = storageBytes(gradients.inputs);
   s.input_grad_sources = handed.sourcesOf(gradients.inputs);
+  s.input_grad_layouts = {layoutsOf(gradients.inputs)};
   s.parameter_grad_bytes = parameterGradBytes(runner, gradients);
   s.lifted_gradients.clear();
   for (const auto& [position, gradient] : gradients.lifted) {
@@ -129,6 +130,7 @@ Tensors measureMemory(StageRunner& runner, int l, const Tensors& current,
     s.backward_overhead = std::max(
         s.backward_overhead,
         measureBackward(runner, l, std::move(second), std::move(contiguous), probe, again));
+    s.input_grad_layouts.push_back(again.input_grad_layouts.at(0));
   }
   return outputs;
 }

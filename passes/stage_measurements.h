@@ -17,16 +17,6 @@ namespace jitckpt {
 // delta = ones for the outputs that require grad (undefined for the others).
 Tensors onesFor(const Tensors& outputs);
 
-// The layout of a gradient handed to a B (undefined: none), as the whole schedule hands it: B(l+1)
-// makes delta^l in the layout its ops give (channels-last from a convolution's backward, say),
-// where measureMemory hands B(l) ones laid out as a^l.
-struct GradientLayout {
-  bool defined = false;
-  std::vector<int64_t> sizes, strides;
-  bool contiguous = false;
-};
-using GradientLayouts = std::vector<GradientLayout>;  // one per output of a stage
-
 GradientLayouts layoutsOf(const Tensors& tensors);
 
 // Whether measureMemory measured B of outputs laid out as `outputs` on gradients laid out as
