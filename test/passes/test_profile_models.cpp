@@ -50,8 +50,14 @@ void checkModel(const std::string& name, const torch::Tensor& x, size_t min_stag
   EXPECT_EQ(first.costs.of_nograd, second.costs.of_nograd);
   // The no-checkpointing schedule run for real peaks where the simulator says: each forward kind
   // is charged its own overhead (charged the larger of the two, a recording forward was predicted
-  // up to 384 KiB high on the tiny ResNet).
-  EXPECT_EQ(first.measured_unconstrained_peak, first.unconstrained_peak);
+  // up to 384 KiB high on the tiny ResNet). abar counts the copies of the BatchNorm statistics
+  // that a recomputation's graph saves, which this schedule's first runs do not make: the
+  // prediction is above the measured peak by those of the stages whose abar is held at it.
+  int64_t copies = 0;
+  for (const StageProfile& s : first.stages) copies += s.written_copies_bytes;
+  EXPECT_GT(copies, 0);
+  EXPECT_LE(first.measured_unconstrained_peak, first.unconstrained_peak);
+  EXPECT_LE(first.unconstrained_peak, first.measured_unconstrained_peak + copies);
 
   size_t i = 0;
   for (const auto& b : m.named_buffers())
