@@ -19,16 +19,17 @@
 #                           gpu_suite_dry_run)
 #
 # The steps, in order of value: build (scripts/bench.sh gpu-build: the build and the CUDA checks);
-# families-bfloat16 (every model family bit for bit at its smallest limit under bfloat16
-# autocast, within it: test/cuda/check_families.py); families (float32); trace-densenet (where
-# DenseNet-121's float32 step peaks at its smallest limit, block by block:
-# test/cuda/trace_peak.py); host-overhead (jitckpt unconstrained against plain where the host
-# bounds the step, with profiler tables: bench/host_overhead.py); user-story (a Llama in bfloat16
-# at a batch that runs out of memory without jitckpt, trained with memory_limit="auto", and the
-# peers at that batch: bench/user_story.py); peers-bfloat16 (GPT against torch.compile's memory
-# budgets and selective checkpointing at equal peak: bench/peers.py); host-overhead-bfloat16 (the
-# same as host-overhead under bfloat16 autocast); transformers (bench/transformer_bench.py);
-# peers (float32); paper-resnet (the paper's protocol on one ResNet: bench/models_bench.py).
+# families-bfloat16 (every model family bit for bit at its smallest limit under bfloat16 autocast,
+# within it: test/cuda/check_families.py); families (float32); families-float16 (under float16
+# autocast; not in the dry run: 1.13's CPU autocast has no float16); trace-densenet (where
+# DenseNet-121's float32 step peaks at its smallest limit, block by block: test/cuda/trace_peak.py);
+# host-overhead (jitckpt unconstrained against plain where the host bounds the step, with profiler
+# tables: bench/host_overhead.py); user-story (a Llama in bfloat16 at a batch that runs out of
+# memory without jitckpt, trained with memory_limit="auto", and the peers at that batch:
+# bench/user_story.py); peers-bfloat16 (GPT against torch.compile's memory budgets and selective
+# checkpointing at equal peak: bench/peers.py); host-overhead-bfloat16 (the same as host-overhead
+# under bfloat16 autocast); transformers (bench/transformer_bench.py); peers (float32); paper-resnet
+# (the paper's protocol on one ResNet: bench/models_bench.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -98,6 +99,8 @@ step families-bfloat16 80 "$python" test/cuda/check_families.py --device "$devic
   --autocast bfloat16 --out "$out/families-bfloat16.json" "${families[@]}"
 step families 80 "$python" test/cuda/check_families.py --device "$device" \
   --out "$out/families.json" "${families[@]}"
+[ "$dry" = 1 ] || step families-float16 80 "$python" test/cuda/check_families.py --device "$device" \
+  --autocast float16 --out "$out/families-float16.json" "${families[@]}"
 [ ${#traced[@]} -gt 0 ] && step trace-densenet 60 "$python" test/cuda/trace_peak.py "${traced[@]}"
 step host-overhead 170 "$python" bench/host_overhead.py --device "$device" \
   --profile "$out/profile" "${host[@]}"
