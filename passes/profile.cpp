@@ -293,12 +293,16 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
     // No whole run (it would not fit): each delta^l in the layouts B(l+1) made it in when
     // measured (a transposed a^l's B handed contiguous ones makes its input's gradient
     // transposed, say), where B(l) was measured on ones laid out as a^l.
+    // A stage with one variant takes part in the first pass only: measured again on the same
+    // layouts, B would give the same ob.
     for (size_t variant = 0; variant < 2; ++variant) {
+      bool any = false;
       for (int l = 1; l < L; ++l) {
         const auto& made = profile.stages[l].input_grad_layouts;
-        handed[l] = made.empty() ? GradientLayouts{} : made[std::min(variant, made.size() - 1)];
+        handed[l] = variant < made.size() ? made[variant] : GradientLayouts{};
+        any = any || variant < made.size();
       }
-      measureOnHandedLayouts(runner, arguments, handed, output_layouts, *probe, profile);
+      if (any) measureOnHandedLayouts(runner, arguments, handed, output_layouts, *probe, profile);
     }
   }
   // Where B(l) and a later B that made a gradient it adds to run in one engine call (a group),
