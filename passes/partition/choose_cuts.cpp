@@ -17,11 +17,20 @@ int64_t cost(const Cut& c, bool move_off_writes) {
   return move_off_writes && c.written_later ? 2 * c.bytes : c.bytes;
 }
 
+// Whether `every_cut` offers kept[j], a cut of the gap [k, gap_end) other than its cheapest: not
+// when a later node writes its boundary in place (the runtime would copy it), nor when the next
+// cut of the gap carries the same tensors (only flags and shapes lie between them: a norm's
+// input checks), so that each offered cut follows some work on tensors.
+bool offeredBeside(const std::vector<Cut>& kept, size_t j, size_t gap_end, bool move_off_writes) {
+  if (move_off_writes && kept[j].written_later) return false;
+  return j + 1 >= gap_end || kept[j + 1].live != kept[j].live;
+}
+
 // Inner cuts: one per gap between two consecutive heavy ops (candidates with the same heavy-op
 // count before them), none before the first or after the last heavy op; in each gap the cheapest
-// cut, the latest of equals.
+// cut, the latest of equals, and with `every_cut` the gap's other cuts that offeredBeside allows.
 std::vector<const Cut*> cutPerGap(const std::vector<Cut>& kept, const HeavyOpCounts& heavy,
-                                  bool move_off_writes) {
+                                  bool move_off_writes, bool every_cut) {
   const size_t first = kept.front().position, last = kept.back().position;
   std::vector<const Cut*> chosen{&kept.front()};
   for (size_t k = 1; k + 1 < kept.size();) {
@@ -34,8 +43,11 @@ std::vector<const Cut*> cutPerGap(const std::vector<Cut>& kept, const HeavyOpCou
     for (size_t j = k; j < gap_end; ++j) {
       if (cost(kept[j], move_off_writes) <= cost(*pick, move_off_writes)) pick = &kept[j];
     }
-    if (heavy.between(first, pick->position) > 0 && heavy.between(pick->position, last) > 0) {
-      chosen.push_back(pick);
+    for (size_t j = k; j < gap_end; ++j) {
+      const Cut* c = &kept[j];
+      if (c != pick && !(every_cut && offeredBeside(kept, j, gap_end, move_off_writes))) continue;
+      if (heavy.between(first, c->position) > 0 && heavy.between(c->position, last) > 0)
+        chosen.push_back(c);
     }
     k = gap_end;
   }
@@ -213,8 +225,9 @@ std::vector<const Cut*> chooseCuts(const TopLevelNodes& top, const CandidateCuts
                                    std::vector<std::string>& warnings) {
   const std::vector<Cut>& kept = candidates.cuts;
   const size_t first = kept.front().position, last = kept.back().position;
-  std::vector<const Cut*> chosen = withoutHumps(
-      cutPerGap(kept, heavy, options.move_cuts_off_inplace_writes), heavy, top.carried_flags);
+  std::vector<const Cut*> chosen =
+      withoutHumps(cutPerGap(kept, heavy, options.move_cuts_off_inplace_writes, options.every_cut),
+                   heavy, top.carried_flags);
   if (options.max_stages > 0 && chosen.size() > static_cast<size_t>(options.max_stages) + 1) {
     chosen = balanceStages(chosen, first, last, heavy, options.max_stages);
   }

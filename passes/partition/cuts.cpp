@@ -377,6 +377,14 @@ CandidateCuts findCandidateCuts(const TopLevelNodes& top, const torch::jit::Alia
                                 const ValueBytes& bytes) {
   CandidateCuts candidates;
   candidates.cuts = bestValidCuts(top, alias_db);
+  // No checkpoint may alias a buffer that a node after it writes (carriesWrittenAttribute).
+  const auto last_write = lastAttributeWrites(top, candidates.cuts.front().position);
+  if (!last_write.empty() && candidates.cuts.size() > 2) {
+    auto carries = [&](const Cut& c) { return carriesWrittenAttribute(c, last_write); };
+    candidates.cuts.erase(
+        std::remove_if(candidates.cuts.begin() + 1, candidates.cuts.end() - 1, carries),
+        candidates.cuts.end() - 1);
+  }
   // Most nodes write nothing in place: only the others are asked, for each cut.
   std::vector<size_t> writers;
   for (size_t i = 0; i < top.end; ++i) {

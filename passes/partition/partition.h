@@ -73,6 +73,10 @@ struct PartitionOptions {
   // Move a cut off a boundary that a later node writes in place (relu_, add_) when another cut can
   // take its place; when false (or impossible) the writing stage is marked instead.
   bool move_cuts_off_inplace_writes = true;
+  // Offer the solver every cut of a gap between heavy ops that carries a new set of tensors (a
+  // stem's convolution, norm and pooling apart), not only the cheapest: finer stages, more to
+  // profile. Lowers the smallest limit where a gap's own backward bounds it (DenseNet).
+  bool every_cut = false;
 };
 
 // Attribute paths ("head.weight") of the tensors that the epilogue (the nodes after the chain

@@ -9,10 +9,11 @@
 //   6. listTopLevel (cuts.cpp): numbers the top-level nodes after the moved prefix.
 //   7. findCandidateCuts (cuts.cpp): takes the top-level nodes; returns every valid cut with the
 //      boundary tensors it carries and their bytes, each marked when a later node writes its
-//      boundary in place.
+//      boundary in place; none that carries an alias of a buffer that a later node writes.
 //   8. chooseCuts (choose_cuts.cpp): takes the candidates; returns the chain's boundaries: the
-//      cheapest cut per gap between heavy ops, without cuts that carry much more than their
-//      neighbours, balanced down to max_stages, or a single stage.
+//      cheapest cut per gap between heavy ops (with every_cut, each that carries new tensors),
+//      without cuts that carry much more than their neighbours, balanced down to max_stages, or
+//      a single stage.
 //   9. buildStages (stages.cpp): takes the boundaries; fills the Partition with the region, the
 //      lifted inputs and one standalone graph per stage.
 //  10. labelStagesByModule (labels.cpp): names the stages after the modules whose parameters
@@ -187,17 +188,19 @@ struct HeavyOpCounts {
 HeavyOpCounts countHeavyOps(const TopLevelNodes& top);
 
 // Returns the chain's boundaries, the first and last candidates included. Granularity: a stage
-// holds at least one heavy op, and at most one cut sits in each gap between two consecutive heavy
-// ops: the one carrying the fewest bytes, the latest of equals, so the norm, activation and
-// pooling after a layer stay in its stage. With move_cuts_off_inplace_writes, a boundary that a
-// later node writes in place counts twice (the runtime copies it); otherwise the writing stage
-// gets marked (step 9). Then runs of equal cuts that carry on a tensor of the cut before them and
-// kHumpRatio times what both neighbours carry are dropped, until none is left: in a ResNet the
-// cuts inside a residual block (identity and branch) go, leaving one stage per block; in a
-// transformer block those beside the attention scores go, leaving the residual stream; the skips
-// of a U-Net grow slowly from cut to cut and stay.
-// `max_stages` then keeps the cuts that best balance the heavy-op count. With no usable cut the
-// whole region is one stage and a warning goes to `warnings`; throws when it is empty.
+// holds at least one heavy op (not so with every_cut), and one cut sits in each gap between two
+// consecutive heavy ops: the one carrying the fewest bytes, the latest of equals, so the norm,
+// activation and pooling after a layer stay in its stage. With every_cut, so does each other cut of
+// the gap that carries tensors the next one does not and (with move_cuts_off_inplace_writes) is not
+// written in place later. With move_cuts_off_inplace_writes, a boundary that a later node writes in
+// place counts twice (the runtime copies it); otherwise the writing stage gets marked (step 9).
+// Then runs of equal cuts that carry on a tensor of the cut before them and kHumpRatio times what
+// both neighbours carry are dropped, until none is left: in a ResNet the cuts inside a residual
+// block (identity and branch) go, leaving one stage per block; in a transformer block those beside
+// the attention scores go, leaving the residual stream; the skips of a U-Net grow slowly from cut
+// to cut and stay. `max_stages` then keeps the cuts that best balance the heavy-op count. With no
+// usable cut the whole region is one stage and a warning goes to `warnings`; throws when it is
+// empty.
 std::vector<const Cut*> chooseCuts(const TopLevelNodes& top, const CandidateCuts& candidates,
                                    const HeavyOpCounts& heavy, const PartitionOptions& options,
                                    std::vector<std::string>& warnings);
@@ -238,5 +241,16 @@ bool writesToActivation(Node* n, const torch::jit::ValueSet& values, const TopLe
 // their input) is not `v`'s, whatever AliasDb's wildcard sets say (see writes.cpp).
 bool writesToValue(const Node* n, const Value* v, const TopLevelNodes& top,
                    const torch::jit::AliasDb& alias_db);
+
+// The last top-level node at or after `from` that writes each attribute in place (a buffer: an
+// average of activations), by attribute path (each read of `self.ema` is a GetAttr of its own).
+std::unordered_map<std::string, size_t> lastAttributeWrites(const TopLevelNodes& top, size_t from);
+
+// Whether `cut` carries an alias of such an attribute (a view of it, the result of an in-place
+// op on it) that a node after the cut writes: a checkpoint of it would change under the stage
+// that holds it. findCandidateCuts keeps no such cut. A stage that reads the attribute itself
+// before a later stage writes it is safe: recomputations read what the first run read.
+bool carriesWrittenAttribute(const Cut& cut,
+                             const std::unordered_map<std::string, size_t>& last_write);
 
 }  // namespace jitckpt::partition_steps

@@ -1,7 +1,10 @@
-// In-place writes for the partition pass: which inputs a node writes, and whether it writes an
-// activation (a boundary tensor, or a view or alias of one) rather than an attribute.
+// In-place writes for the partition pass: which inputs a node writes, whether it writes an
+// activation (a boundary tensor, or a view or alias of one) rather than an attribute, and which
+// cuts would carry an attribute that a later node writes.
 #include <string>
+#include <unordered_map>
 
+#include "passes/graph_walk.h"
 #include "passes/partition/steps.h"
 #include "runtime/stages.h"
 
@@ -103,6 +106,31 @@ bool writesToValue(const Node* n, const Value* v, const TopLevelNodes& top,
   for (size_t a : directlyWrittenInputs(n)) {
     Value* written = const_cast<Value*>(n->input(a));
     if (mayHold(written, v, alias_db) && !madeAfter(written, v, top)) return true;
+  }
+  return false;
+}
+
+std::unordered_map<std::string, size_t> lastAttributeWrites(const TopLevelNodes& top, size_t from) {
+  std::unordered_map<std::string, size_t> last_write;
+  for (size_t i = from; i < top.end; ++i) {
+    forEachNestedNode(top.nodes[i], [&](Node* n) {
+      for (size_t a : directlyWrittenInputs(n)) {
+        Value* base = aliasBase(n->input(a));
+        if (base->node()->kind() == c10::prim::GetAttr && top.isHoisted(base))
+          last_write[attributePath(base)] = i;
+      }
+    });
+  }
+  return last_write;
+}
+
+bool carriesWrittenAttribute(const Cut& cut,
+                             const std::unordered_map<std::string, size_t>& last_write) {
+  for (Value* v : cut.live) {
+    Value* base = aliasBase(v);
+    if (base->node()->kind() != c10::prim::GetAttr) continue;
+    const auto last = last_write.find(attributePath(base));
+    if (last != last_write.end() && cut.position <= last->second) return true;
   }
   return false;
 }
