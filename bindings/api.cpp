@@ -199,13 +199,15 @@ void defineCheckpointApi(py::module_& m) {
          const std::string& memory_limit, const std::string& strategy, const std::string& schedule,
          int slots, int max_stages, int segments, int profile_repeats, py::object progress,
          py::object profile_progress, const std::string& costs_json,
-         const std::string& costs_input_key, bool verbose, const std::vector<int>& copying_stages) {
+         const std::string& costs_input_key, bool verbose, const std::vector<int>& copying_stages,
+         bool every_cut) {
         jitckpt::PythonWarnings warnings;
         auto options = makeOptions(strategy, schedule, slots, max_stages, segments, profile_repeats,
                                    std::move(progress), std::move(profile_progress), costs_json,
                                    costs_input_key);
         options.verbose = verbose;
         options.copying_stages = copying_stages;
+        options.every_cut = every_cut;
         const auto limit =
             parseOption([&] { return jitckpt::solver::MemoryLimit::parse(memory_limit); });
         if (example_inputs.is_none()) {  // rewrite now, plan at the first training call
@@ -221,7 +223,7 @@ void defineCheckpointApi(py::module_& m) {
       py::arg("schedule"), py::arg("slots"), py::arg("max_stages"), py::arg("segments"),
       py::arg("profile_repeats"), py::arg("progress"), py::arg("profile_progress") = py::none(),
       py::arg("costs_json") = "", py::arg("costs_input_key") = "", py::arg("verbose") = false,
-      py::arg("copying_stages") = std::vector<int>{});
+      py::arg("copying_stages") = std::vector<int>{}, py::arg("every_cut") = false);
   m.def(
       "_jit_pass_jitckpt_checkpoint",
       [](const torch::jit::Module& module, const std::string& memory_limit,

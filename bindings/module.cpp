@@ -27,9 +27,11 @@ torch::jit::Module toModule(const py::object& module) {
   return py::cast<torch::jit::Module>(c);
 }
 
-jitckpt::PartitionOptions makeOptions(int max_stages, bool move_cuts_off_inplace_writes) {
+jitckpt::PartitionOptions makeOptions(int max_stages, bool move_cuts_off_inplace_writes,
+                                      bool every_cut) {
   jitckpt::PartitionOptions options;
   options.max_stages = max_stages;
+  options.every_cut = every_cut;
   options.move_cuts_off_inplace_writes = move_cuts_off_inplace_writes;
   return options;
 }
@@ -84,13 +86,14 @@ void defineGraphPasses(py::module_& m) {
       "_flat_weights) from reads of those parameters, in `module`'s inlined forward graph.");
   m.def(
       "_jit_pass_jitckpt_partition",
-      [](const GraphPtr& graph, int max_stages, bool move_cuts_off_inplace_writes) {
+      [](const GraphPtr& graph, int max_stages, bool move_cuts_off_inplace_writes, bool every_cut) {
         jitckpt::PythonWarnings warnings;
-        auto partition =
-            jitckpt::partitionGraph(graph, makeOptions(max_stages, move_cuts_off_inplace_writes));
+        auto partition = jitckpt::partitionGraph(
+            graph, makeOptions(max_stages, move_cuts_off_inplace_writes, every_cut));
         return describe(partition);
       },
       py::arg("graph"), py::arg("max_stages") = 0, py::arg("move_cuts_off_inplace_writes") = true,
+      py::arg("every_cut") = false,
       "Partitions an inlined forward graph in place (hoists what the chain reads before it) and "
       "returns the stages as jitckpt._C.partition does, cuts chosen by tensor count.");
 }
@@ -104,18 +107,18 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "partition",
       [](const py::object& module, const py::sequence& example_inputs, int max_stages,
-         bool move_cuts_off_inplace_writes) {
+         bool move_cuts_off_inplace_writes, bool every_cut) {
         jitckpt::PythonWarnings warnings;
         const auto ts_module = toModule(module);
         const auto inputs = jitckpt::bindings::forwardInputs(ts_module, example_inputs);
         py::gil_scoped_release no_gil;
         auto partition = jitckpt::partitionModule(
-            ts_module, makeOptions(max_stages, move_cuts_off_inplace_writes), inputs);
+            ts_module, makeOptions(max_stages, move_cuts_off_inplace_writes, every_cut), inputs);
         py::gil_scoped_acquire gil;
         return describe(partition);
       },
       py::arg("module"), py::arg("example_inputs") = py::tuple(), py::arg("max_stages") = 0,
-      py::arg("move_cuts_off_inplace_writes") = true,
+      py::arg("move_cuts_off_inplace_writes") = true, py::arg("every_cut") = false,
       "Partitions module.forward, choosing cuts by the bytes they carry on the example inputs "
       "(by tensor count without them); returns a dict: num_stages, labels, "
       "num_activation_inputs, num_chain_outputs, writes_activation_input, mutated_lifted, lifted, "
@@ -123,11 +126,11 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "run_partitioned",
       [](const py::object& module, const py::tuple& inputs, int max_stages,
-         bool move_cuts_off_inplace_writes) {
+         bool move_cuts_off_inplace_writes, bool every_cut) {
         jitckpt::PythonWarnings warnings;
         const auto ts_module = toModule(module);
         const auto partition = jitckpt::partitionModule(
-            ts_module, makeOptions(max_stages, move_cuts_off_inplace_writes));
+            ts_module, makeOptions(max_stages, move_cuts_off_inplace_writes, every_cut));
         std::vector<c10::IValue> method_inputs{ts_module._ivalue()};
         for (auto& v : jitckpt::bindings::forwardInputs(ts_module, inputs))
           method_inputs.push_back(std::move(v));
@@ -140,7 +143,7 @@ PYBIND11_MODULE(_C, m) {
         return py::make_tuple(torch::jit::toPyObject(run.outputs[0]), run.boundaries);
       },
       py::arg("module"), py::arg("inputs"), py::arg("max_stages") = 0,
-      py::arg("move_cuts_off_inplace_writes") = true,
+      py::arg("move_cuts_off_inplace_writes") = true, py::arg("every_cut") = false,
       "Runs forward piecewise (prologue, each stage graph alone, epilogue); returns (output, "
       "boundaries), boundaries[l] being the tensors entering stage l (the last: chain outputs).");
 }

@@ -142,6 +142,7 @@ torch::jit::Module checkpoint(const torch::jit::Module& module,
   };
   PartitionOptions partition_options;
   partition_options.max_stages = options.max_stages;
+  partition_options.every_cut = options.every_cut;
   PartitionedClone cloned =
       partitionClone(module, partition_options, /*share_tensors=*/true, example_inputs);
   report("partitioned forward into " + std::to_string(cloned.partition.stages.size()) + " stages");
@@ -172,6 +173,7 @@ torch::jit::Module checkpoint(const torch::jit::Module& module, const MemoryLimi
   TORCH_CHECK(!options.costs, "a reused profile needs the example inputs it was measured on");
   PartitionOptions partition_options;
   partition_options.max_stages = options.max_stages;
+  partition_options.every_cut = options.every_cut;
   PartitionedClone cloned = partitionClone(module, partition_options, /*share_tensors=*/true);
   Solution solution =
       deferredSolution(limit, options.strategy, options.slots, options.segments, options.given);

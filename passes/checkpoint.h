@@ -30,6 +30,7 @@ struct CheckpointOptions {
   int segments = 0;        // periodic: segment count; 0 picks the fastest that fits
   solver::Schedule given;  // strategy Given: the schedule to run (over the stages and the terminal)
   int max_stages = 0;      // partition: 0 for no limit
+  bool every_cut = false;  // partition: PartitionOptions::every_cut (finer stages)
   // Timing: median of this many runs after a warm-up; 0: kProfileRepeats with example inputs,
   // kFirstCallProfileRepeats at the first training call (its profile is part of a training step).
   int profile_repeats = 0;

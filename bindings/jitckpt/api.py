@@ -33,6 +33,13 @@ def _rewritten(module: Any, what: str) -> torch._C.ScriptModule:
     return module._c
 
 
+def _every_cut(cuts: str) -> bool:
+    if cuts not in ("cheapest", "every"):
+        raise ValueError(f'cuts must be "cheapest" (one cut between two compute-heavy ops) or "every" '
+                         f'(finer stages), not {cuts!r}')
+    return cuts == "every"
+
+
 def _limit_text(memory_limit: MemoryLimit) -> str:
     if memory_limit is None:
         return "none"
@@ -88,6 +95,7 @@ def checkpoint(
     schedule: Optional[str] = None,
     slots: int = 500,
     max_stages: int = 0,
+    cuts: str = "cheapest",
     segments: int = 0,
     profile_repeats: int = 0,
     verbose: bool = False,
@@ -115,6 +123,10 @@ def checkpoint(
     progress: a callable(stage, stages) called instead after each profiled stage.
     profile_repeats: timed runs per stage and direction (their median is kept); 0: 5 with example
     inputs, 3 at the first training call (whose step the profile is part of).
+    cuts: "cheapest" (default), one cut in each gap between two compute-heavy ops (convolutions,
+    linears, attention), the one carrying the fewest bytes; or "every", each cut of a gap that
+    carries new tensors (a stem's convolution, norm and pooling apart): finer stages, which lower
+    the smallest limit where a gap's own backward bounds it, for a longer profile.
     reuse_profile_of: a module rewritten from the same model and input shapes, whose measured
     stage costs are reused instead of profiling.
     """
@@ -140,6 +152,7 @@ def checkpoint(
         _C.costs_json(reused) if reused is not None else "",
         _C.profile_input_key(reused) if reused is not None else "", verbose,
         copying_stages=_C.copying_stages(reused) if reused is not None else [],
+        every_cut=_every_cut(cuts),
     )
     return torch.jit._recursive.wrap_cpp_module(rewritten)
 
@@ -168,7 +181,7 @@ def plan(module: torch.jit.ScriptModule) -> Dict[str, Any]:
 
 
 def partition(module: torch.jit.ScriptModule, example_inputs: Sequence[Any] = (),
-              max_stages: int = 0) -> Dict[str, Any]:
+              max_stages: int = 0, cuts: str = "cheapest") -> Dict[str, Any]:
     """How checkpoint() would cut `module` into stages: labels, lifted values (parameters,
     buffers, side tensors such as masks), the bytes each boundary carries on `example_inputs`
     (tensor counts without them), and the text form with the reasons for single-stage chains."""
@@ -178,7 +191,7 @@ def partition(module: torch.jit.ScriptModule, example_inputs: Sequence[Any] = ()
     if _C.is_rewritten(scripted._c):
         raise ValueError("this module was already rewritten by jitckpt: jitckpt.plan(module) shows its stages, "
                          "and jitckpt.partition takes the original module")
-    return _C.partition(scripted._c, tuple(example_inputs), max_stages)
+    return _C.partition(scripted._c, tuple(example_inputs), max_stages, every_cut=_every_cut(cuts))
 
 
 class cpu_memory:

@@ -60,6 +60,22 @@ def test_optimize_then_inspect_and_train_a_model_with_infinite_constants(tmp_pat
     assert_trains_like_the_model(loaded)
 
 
+def test_every_cut_gives_finer_stages_that_train_alike(tmp_path):
+    model, out = tmp_path / "model.pt", tmp_path / "out.pt"
+    torch.jit.save(scripted(), str(model))
+    stages = {}
+    for cuts in ("cheapest", "every"):
+        done = run("optimize", model, "--input-shape", "2,3,16,16", "--memory-limit", "min", "--cuts", cuts,
+                   "-o", out)
+        assert done.returncode == 0, done.stderr
+        loaded = torch.jit.load(str(out))
+        stages[cuts] = jitckpt.plan(loaded)["num_stages"]
+        assert_trains_like_the_model(loaded)
+    assert stages["every"] > stages["cheapest"], stages  # each ReLU and clamp between convolutions
+    refused = run("optimize", model, "--input-shape", "2,3,16,16", "--cuts", "all", "-o", out)
+    assert refused.returncode != 0 and "--cuts" in refused.stderr
+
+
 def test_optimize_without_inputs_plans_at_the_first_training_call(tmp_path):
     model, out = tmp_path / "model.pt", tmp_path / "out.pt"
     torch.jit.save(scripted(), str(model))

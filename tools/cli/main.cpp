@@ -39,7 +39,7 @@ c10::intrusive_ptr<jitckpt::Plan> requirePlan(const torch::jit::Module& module,
 }
 
 struct OptimizeOptions {
-  std::string input_path, output_path, limit_text = "0.5", strategy = "optimal";
+  std::string input_path, output_path, limit_text = "0.5", strategy = "optimal", cuts = "cheapest";
   std::vector<std::string> inputs;  // example input specs (example_inputs.h)
   int slots = 500, max_stages = 0, segments = 0;
   bool eval_mode = false;
@@ -73,6 +73,7 @@ void optimize(const OptimizeOptions& o) {
   options.strategy = jitckpt::solver::parseStrategy(o.strategy);
   options.segments = o.segments;
   options.max_stages = o.max_stages;
+  options.every_cut = o.cuts == "every";
   if (inputs.empty()) {  // planned where it trains, at its first training call
     options.progress = [](const std::string&) {};
     torch::jit::Module rewritten = jitckpt::checkpoint(module, limit, options);
@@ -134,6 +135,11 @@ int main(int argc, char** argv) {
                                "periodic: segment count (default: the fastest that fits)");
   optimize_command->add_option("--max-stages", o.max_stages,
                                "at most this many stages (0: no limit)");
+  optimize_command
+      ->add_option("--cuts", o.cuts,
+                   "cheapest: one cut between two compute-heavy ops; every: each that carries "
+                   "new tensors (finer stages, a lower smallest limit on some models)")
+      ->check(CLI::IsMember({"cheapest", "every"}));
   optimize_command->add_flag("--eval", o.eval_mode,
                              "plan for the module in eval() mode (default: train())");
   optimize_command->add_option("-o,--output", o.output_path, "where to write the rewritten module")

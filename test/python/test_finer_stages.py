@@ -1,0 +1,79 @@
+"""cuts="every": the partition offers the solver each cut between two compute-heavy ops that
+carries new tensors, not only the cheapest. ResNet-18's stem comes apart into its convolution,
+norm and pooling; the gradients stay bit for bit and the measured peak within the limit at the
+smallest limit; on a DenseNet, whose dense layers' own backward bounds the smallest limit, it is
+lower."""
+import copy
+
+import pytest
+import torch
+import torchvision
+
+import jitckpt
+
+
+def resnet18() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torchvision.models.resnet18().train()
+
+
+def test_every_cut_splits_the_resnet_stem_and_keeps_the_blocks():
+    x = torch.randn(2, 3, 64, 64)
+    model = torch.jit.script(resnet18())
+    cheapest = jitckpt.partition(model, (x,))["labels"]
+    every = jitckpt.partition(model, (x,), cuts="every")["labels"]
+    assert cheapest[:2] == ["conv1..bn1", "layer1.0"], cheapest
+    # The ReLU writes bn1's output in place: the cut before it would need a copy, so it joins bn1.
+    assert every[:3] == ["conv1", "bn1", "max_pool2d"], every
+    blocks = [f"layer{i}.{j}" for i in range(1, 5) for j in range(2)]
+    assert [label for label in every if label.startswith("layer")] == blocks, every
+    with pytest.raises(ValueError, match="cuts must be"):
+        jitckpt.partition(model, (x,), cuts="all")
+
+
+def step(model, x) -> None:
+    for p in model.parameters():
+        p.grad = None
+    with torch.jit.optimized_execution(False):
+        model(x).square().mean().backward()
+
+
+def test_every_cut_trains_exactly_within_the_smallest_limit():
+    x = torch.randn(2, 3, 64, 64)
+    eager = resnet18()
+    rewritten = jitckpt.checkpoint(torch.jit.script(copy.deepcopy(eager)), (x,), "min", cuts="every",
+                                   profile_repeats=1)
+    info = jitckpt.plan(rewritten)
+    assert info["memory_limit"] < info["unconstrained_peak"]
+    reference = torch.jit.script(copy.deepcopy(eager))
+    step(rewritten, x)  # the gradients' storage, as a training loop holds it
+    with jitckpt.cpu_memory() as memory:
+        step(rewritten, x)
+    # The loss and the epilogue's small tensors lie outside the plan.
+    assert memory.peak <= info["memory_limit"] * 1.02 + 16 * 1024, (memory.peak, info["memory_limit"])
+    for _ in range(2):
+        step(reference, x)
+    for (name, a), (_, b) in zip(reference.named_parameters(), rewritten.named_parameters()):
+        assert torch.equal(a.grad, b.grad), name
+    for (name, a), (_, b) in zip(reference.named_buffers(), rewritten.named_buffers()):
+        assert torch.equal(a, b), name
+
+
+def test_every_cut_lowers_the_smallest_limit_of_a_densenet_and_stays_exact():
+    """A dense layer (norm, ReLU, 1x1 convolution, norm, ReLU, 3x3 convolution) is a stage of its
+    own by default; its backward holds all of it at once."""
+    torch.manual_seed(0)
+    eager = torchvision.models.DenseNet(growth_rate=16, block_config=(4, 4), num_init_features=32).train()
+    x = torch.randn(4, 3, 64, 64)
+    plans = {}
+    for cuts in ("cheapest", "every"):
+        rewritten = jitckpt.checkpoint(torch.jit.script(copy.deepcopy(eager)), (x,), "min", cuts=cuts,
+                                       profile_repeats=1)
+        plans[cuts] = jitckpt.plan(rewritten)
+    assert plans["every"]["num_stages"] > plans["cheapest"]["num_stages"]
+    assert plans["every"]["memory_limit"] < 0.95 * plans["cheapest"]["memory_limit"]
+    reference = torch.jit.script(copy.deepcopy(eager))
+    for model in (reference, rewritten):
+        step(model, x)
+    for (name, a), (_, b) in zip(reference.named_parameters(), rewritten.named_parameters()):
+        assert torch.equal(a.grad, b.grad), name
