@@ -41,6 +41,7 @@ class Config:
     autocast: bool = False  # forward under torch.autocast("cpu", torch.bfloat16)
     strategy: str = "optimal"  # or "periodic", "revolve", "given" (a random valid schedule)
     seed: int = 0  # draws the limit and the schedule
+    cuts: str = "cheapest"  # or "every": the partition's finer stages
     # The step peak's slack over the limit, (factor, bytes); None: PEAK_SLACK. A regression of a
     # peak over the limit replays at the slack that found it.
     peak_slack: Optional[Tuple[float, int]] = None
@@ -48,7 +49,8 @@ class Config:
 
 def draw_config(rng: random.Random) -> Config:
     return Config(limit=rng.choice(LIMITS), deferred=rng.random() < 0.35, autocast=rng.random() < 0.4,
-                  strategy=rng.choice(STRATEGIES), seed=rng.randrange(1 << 30))
+                  strategy=rng.choice(STRATEGIES), seed=rng.randrange(1 << 30),
+                  cuts="every" if rng.random() < 0.3 else "cheapest")
 
 
 @dataclasses.dataclass
@@ -158,7 +160,7 @@ def _checkpoint(script, example, config: Config, rng: random.Random) -> torch.ji
     profile must see the casts."""
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.autocast), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # deferred planning, replans
-        options: Dict[str, Any] = dict(profile_repeats=1)
+        options: Dict[str, Any] = dict(profile_repeats=1, cuts=config.cuts)
         limit: Any = {"none": None, "min": "min"}.get(config.limit)
         if config.limit == "between" and config.deferred:
             limit = rng.uniform(0.3, 1.0)  # a fraction: the peak is not known before the call

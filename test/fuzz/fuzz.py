@@ -51,7 +51,7 @@ def shrunk(spec, config, directory):
 
 def describe(config: differential.Config) -> str:
     return (f"limit={config.limit} {'deferred' if config.deferred else 'example-inputs'} "
-            f"{'bf16-autocast' if config.autocast else 'float32'} strategy={config.strategy} seed={config.seed}")
+            f"{'bf16-autocast' if config.autocast else 'float32'} strategy={config.strategy} cuts={config.cuts} seed={config.seed}")
 
 
 def fuzz(args) -> int:
@@ -71,7 +71,8 @@ def fuzz(args) -> int:
                 outcome = run_case(spec, config, directory)
                 counts[outcome.status] += 1
                 for dimension in (f"limit={config.limit}", f"deferred={config.deferred}",
-                                  f"autocast={config.autocast}", f"strategy={config.strategy}"):
+                                  f"autocast={config.autocast}", f"strategy={config.strategy}",
+                                  f"cuts={config.cuts}"):
                     by_dimension[(dimension, outcome.status)] += 1
                 if outcome.stages:
                     stages.append(outcome.stages)
