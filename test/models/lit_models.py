@@ -286,11 +286,28 @@ class Recurrent(nn.Module):
         return self.r2(self.r1(x)[0])[0]
 
 
+class EmaOfActivations(nn.Module):
+    """A buffer read through a view, then updated in place (mul_ then add_): no cut may carry the
+    view or mul_'s result, both aliases of the buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.c0, self.c1 = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+        self.register_buffer("ema", torch.zeros(4))
+
+    def forward(self, x):
+        h = torch.relu(self.c0(x))
+        e = self.ema.view(1, 4, 1, 1)
+        h = self.c1(h) * (1.0 + e)
+        self.ema.mul_(0.9).add_(0.1 * h.detach().mean([0, 2, 3]))
+        return h
+
+
 MODELS = {
     m.__name__: m
     for m in [PlainChain, Residual, InplaceResidual, BasicBlocks, WithBatchNorm, TwoTensorBoundary, WithLoop, NoCut,
               GlobalSkip, Nested, PrologueEpilogue, MaskedBlocks, TwoSequences, SkipNet, DenseList, CollectedOutputs,
-              Recurrent, FlagAcrossLayers]
+              Recurrent, FlagAcrossLayers, EmaOfActivations]
 }
 
 if __name__ == "__main__":

@@ -123,6 +123,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"inline", "partition", "rewrite"}));
   app.add_option("--max-stages", options.max_stages,
                  "partition: at most this many stages (0: no limit)");
+  app.add_flag("--every-cut", options.every_cut,
+               "partition: every cut between two heavy ops that carries new tensors, not only the "
+               "cheapest");
   app.add_flag("--keep-inplace-cuts", keep_inplace_cuts,
                "partition: keep cuts whose boundary is written in place (marks the stage)");
   std::vector<std::string> input_shapes;
