@@ -293,6 +293,7 @@ class EmaOfActivations(nn.Module):
     def __init__(self):
         super().__init__()
         self.c0, self.c1 = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+        self.c2 = nn.Conv2d(4, 4, 3, padding=1)
         self.register_buffer("ema", torch.zeros(4))
 
     def forward(self, x):
@@ -300,7 +301,7 @@ class EmaOfActivations(nn.Module):
         e = self.ema.view(1, 4, 1, 1)
         h = self.c1(h) * (1.0 + e)
         self.ema.mul_(0.9).add_(0.1 * h.detach().mean([0, 2, 3]))
-        return h
+        return self.c2(h)
 
 
 MODELS = {

@@ -11,6 +11,7 @@ import torchvision
 import jitckpt
 
 import families
+from lit_models import EmaOfActivations  # also a lit case (test/passes/partition.test)
 
 # name -> (constructor kwargs, input size, expected stage count, why)
 MODELS = {
@@ -354,25 +355,6 @@ def test_a_carried_flag_does_not_make_a_wide_cut_look_like_the_inside_of_a_block
     torch.manual_seed(0)
     labels = jitckpt.partition(torch.jit.script(FlagBesideAWideLayer()), (torch.randn(4, 8),))["labels"]
     assert labels == ["l0", "layers.0", "layers.1", "layers.2", "layers.3"], labels
-
-
-class EmaOfActivations(torch.nn.Module):
-    """Scales by a buffer through a view of it, then updates the buffer in place
-    (`mul_(0.9).add_(...)`): both the view and the result of mul_ alias the buffer."""
-
-    def __init__(self):
-        super().__init__()
-        self.c0 = torch.nn.Conv2d(3, 4, 3, padding=1)
-        self.c1 = torch.nn.Conv2d(4, 4, 3, padding=1)
-        self.c2 = torch.nn.Conv2d(4, 4, 3, padding=1)
-        self.register_buffer("ema", torch.zeros(4))
-
-    def forward(self, x):
-        h = torch.relu(self.c0(x))
-        e = self.ema.view(1, 4, 1, 1)
-        h = self.c1(h) * (1.0 + e)
-        self.ema.mul_(0.9).add_(0.1 * h.detach().mean([0, 2, 3]))
-        return self.c2(h)
 
 
 @pytest.mark.parametrize("cuts", ["cheapest", "every"])
