@@ -142,24 +142,34 @@ RunAs trainingRun() {
   return autocast.cpu || autocast.cuda ? RunAs::GroupedUnderAutocast : RunAs::Grouped;
 }
 
+// The call's executor, made as a custom Function's forward runs, without grad modes (a plan for
+// new input shapes is profiled and solved here).
+c10::intrusive_ptr<ScheduleExecutor> executorFor(at::TensorList inputs,
+                                                 at::TensorList lifted_tensors,
+                                                 const c10::List<c10::IValue>& lifted_scalars,
+                                                 const c10::intrusive_ptr<Plan>& plan) {
+  c10::AutoGradMode no_grad(false);
+  c10::AutoFwGradMode no_forward_grad(false);
+  ChainArguments arguments = argumentsOf(inputs, lifted_tensors, lifted_scalars);
+  // Other input shapes than the planned ones get their own plan (made once).
+  auto active = planForArguments(plan, arguments);
+  return c10::make_intrusive<ScheduleExecutor>(active, std::move(arguments), trainingRun());
+}
+
 struct ChainFunction : public torch::autograd::Function<ChainFunction> {
-  static variable_list forward(AutogradContext* ctx, at::TensorList inputs,
-                               at::TensorList lifted_tensors, c10::List<c10::IValue> lifted_scalars,
-                               c10::intrusive_ptr<Plan> plan,
+  // `inputs` and `lifted_tensors`, which the executor runs on, are arguments for autograd's edges.
+  static variable_list forward(AutogradContext* ctx, at::TensorList /*inputs*/,
+                               at::TensorList /*lifted_tensors*/,
+                               c10::intrusive_ptr<ScheduleExecutor> executor,
                                c10::intrusive_ptr<OutputGradients> output_gradients) {
     ctx->set_materialize_grads(false);  // gradients arrive through OutputGradients
     ctx->saved_data["output_gradients"] = c10::IValue::make_capsule(std::move(output_gradients));
-    ChainArguments arguments = argumentsOf(inputs, lifted_tensors, lifted_scalars);
-    // Other input shapes than the planned ones get their own plan (made once).
-    auto active = planForArguments(plan, arguments);
-    auto executor =
-        c10::make_intrusive<ScheduleExecutor>(active, std::move(arguments), trainingRun());
     variable_list outputs = executor->runForward();
+    const ChainStages& stages = executor->plan().stages();
     ctx->saved_data["executor"] = c10::IValue::make_capsule(executor);
     variable_list detached;
     for (size_t i = 0; i < outputs.size(); ++i) {
-      if (outputs[i].defined() && active->stages().outputNeverRequiresGrad(i))
-        detached.push_back(outputs[i]);
+      if (outputs[i].defined() && stages.outputNeverRequiresGrad(i)) detached.push_back(outputs[i]);
     }
     if (!detached.empty()) ctx->mark_non_differentiable(detached);
     return outputs;
@@ -195,8 +205,7 @@ struct ChainFunction : public torch::autograd::Function<ChainFunction> {
       ctx->saved_data.erase(found);
       grads = executor->runBackward(std::move(grad_outputs));
     }
-    grads.push_back(at::Tensor());  // lifted_scalars
-    grads.push_back(at::Tensor());  // plan
+    grads.push_back(at::Tensor());  // executor
     grads.push_back(at::Tensor());  // output_gradients
     return grads;
   }
@@ -307,10 +316,13 @@ std::vector<at::Tensor> chainAutograd(at::TensorList inputs, at::TensorList lift
       c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
       return chainInference(inputs, lifted_tensors, lifted_scalars, plan);
     }
+    auto executor = executorFor(inputs, lifted_tensors, lifted_scalars, plan);
+    // The unmodified model's own schedule: its graph, recorded as the model records it, costs the
+    // host no custom Function and no leaves, and autograd's own backward is the schedule's.
+    if (executor->recordsOnce()) return executor->runRecordedOnce();
     auto output_gradients = c10::make_intrusive<OutputGradients>();
-    return handOffOutputs(
-        ChainFunction::apply(inputs, lifted_tensors, lifted_scalars, plan, output_gradients),
-        output_gradients);
+    return handOffOutputs(ChainFunction::apply(inputs, lifted_tensors, executor, output_gradients),
+                          output_gradients);
   } catch (...) {  // out of memory, or any stage's error: the buffers go back to where they were
     rollback.restore();
     throw;

@@ -25,6 +25,7 @@ Tensors detachAll(const Tensors& tensors) {
 ScheduleExecutor::ScheduleExecutor(c10::intrusive_ptr<Plan> plan, ChainArguments arguments,
                                    RunAs how)
     : plan_(std::move(plan)),
+      how_(how),
       chain_(plan_->chainToRun(how)),
       runner_(chain_->stages, std::move(arguments), StageRunner::BufferWrites::FirstRunUpdates),
       L_(chain_->stages->size()),
@@ -61,6 +62,30 @@ Tensors ScheduleExecutor::runInference() {
   Tensors current = *a_[0];
   a_[0].reset();
   for (int l = 1; l <= L_; ++l) current = runner_.inference(l, current);
+  return current;
+}
+
+bool ScheduleExecutor::recordsOnce() const {
+  using solver::OpKind;
+  const auto& schedule = chain_->schedule;
+  if (how_ == RunAs::EveryStage || schedule.size() != 2 * static_cast<size_t>(L_ + 1)) return false;
+  for (int l = 1; l <= L_ + 1; ++l) {
+    if (schedule[l - 1] != solver::Op{OpKind::ForwardAll, l} ||
+        schedule[L_ + l] != solver::Op{OpKind::Backward, L_ + 2 - l})
+      return false;
+  }
+  return true;
+}
+
+Tensors ScheduleExecutor::runRecordedOnce() {
+  TORCH_INTERNAL_ASSERT(recordsOnce(), "jitckpt executor: the schedule ",
+                        solver::toString(chain_->schedule), " does not record each stage once");
+  a_[0].reset();
+  Tensors current = runner_.arguments().inputs;
+  for (int l = 1; l <= L_; ++l) {
+    RECORD_USER_SCOPE("jitckpt::Fall");
+    current = runner_.wholeGraphForward(l, current, /*side_leaves=*/nullptr);
+  }
   return current;
 }
 

@@ -25,6 +25,14 @@ class ScheduleExecutor : public torch::CustomClassHolder {
 
   // Runs the stages straight through without saving anything (inference, or nothing needs grad).
   Tensors runInference();
+  // Whether the schedule is the unmodified model's: every stage recorded once, in order, then
+  // differentiated once (no limit, or a limit the model fits without recomputation), and the
+  // stages run grouped (RunAs::EveryStage keeps the executor's own backward, for comparisons).
+  bool recordsOnce() const;
+  // That schedule run as the unmodified model runs: each group records its autograd graph on the
+  // call's own tensors and returns outputs that carry it, and autograd differentiates it with the
+  // rest of the model. Nothing of the call is kept for a backward of the executor's own.
+  Tensors runRecordedOnce();
   // The schedule up to the first B; returns detached aliases of the chain outputs.
   Tensors runForward();
   // The rest of the schedule. Returns one gradient per chain input, then one per lifted tensor
@@ -52,6 +60,7 @@ class ScheduleExecutor : public torch::CustomClassHolder {
   void checkOutputGrads(const Tensors& grads) const;  // one per output, undefined where none
 
   c10::intrusive_ptr<Plan> plan_;
+  RunAs how_;
   std::shared_ptr<const GroupedChain> chain_;  // the stages and schedule this call runs
   StageRunner runner_;
   int L_;

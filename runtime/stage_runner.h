@@ -163,7 +163,8 @@ class StageRunner {
   // The stage recording its autograd graph on `activations` themselves (not on detached
   // copies), side values entering as leaves as in Fall (appended to `side_leaves`, one per
   // tensor over every stage run with the same list): for a backward that differentiates the whole
-  // chain at once (retain_graph).
+  // chain at once (retain_graph). Without `side_leaves`, on the lifted tensors themselves too: the
+  // unmodified model's graph.
   Tensors wholeGraphForward(int l, const Tensors& activations, SideLeaves* side_leaves);
 
   // The lifted tensors of stage l that get gradients (parameters, and tensors computed before

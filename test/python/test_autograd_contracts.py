@@ -70,10 +70,23 @@ def family(request) -> families.Family:
 
 
 @pytest.fixture(scope="module")
-def rewritten_factory(family):
-    """Makes fresh rewrites of make(0) at the smallest limit that works (one profile for all)."""
-    profiled = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=None, profile_repeats=1)
-    return lambda: at_smallest_limit(family.make, family.inputs, profiled)
+def profiled(family):
+    return jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=None, profile_repeats=1)
+
+
+@pytest.fixture(scope="module", params=["min", None], ids=["at_min", "no_limit"])
+def rewritten_factory(request, family, profiled):
+    """Makes fresh rewrites of make(0) at the smallest limit that works, which recomputes, and
+    with no limit, whose chain records the model's own graph (one profile for all)."""
+    if request.param == "min":
+        return lambda: at_smallest_limit(family.make, family.inputs, profiled)
+    return lambda: jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=None,
+                                      reuse_profile_of=profiled)
+
+
+def recomputes(model) -> bool:
+    schedule = jitckpt.plan(model)["schedule"]
+    return "Fck(" in schedule or "Fn(" in schedule
 
 
 def float_inputs(family: families.Family) -> List[Tensor]:
@@ -172,9 +185,22 @@ def test_gradients_accumulate_like_the_model(family, rewritten_factory):
 
 def test_create_graph_is_refused_and_the_module_stays_exact(family, rewritten_factory):
     """A gradient penalty through recomputation cannot carry the unmodified model's graph: a clear
-    error, no gradient that silently lost requires_grad, nothing written, and the next step exact."""
+    error, no gradient that silently lost requires_grad, nothing written, and the next step exact.
+    Without recomputation the chain's graph is the model's, and the penalty's gradients are the
+    unmodified model's."""
     reference, model = both(family, rewritten_factory)
     used = [p for n, p in sorted(model.named_parameters()) if n != "unused"]
+    if not recomputes(model):
+        results = []
+        with torch.jit.optimized_execution(False):
+            for m in (reference, model):
+                weights = [p for n, p in sorted(m.named_parameters()) if n != "unused"]
+                grads = torch.autograd.grad(forward_loss(m, family, float_inputs(family)), weights,
+                                            create_graph=True)
+                sum(g.square().sum() for g in grads).backward()
+                results.append(grads_of(m))
+        assert_equal_lists(f"{family.name}: a gradient penalty", *results)
+        return
     with pytest.raises(RuntimeError, match="create_graph=True .* is not supported"):
         torch.autograd.grad(forward_loss(model, family, float_inputs(family)), used, create_graph=True)
     assert all(p.grad is None for p in used)
@@ -250,20 +276,24 @@ class FeaturesAndLogits(nn.Module):
 
 
 def test_a_hook_on_a_returned_tensor_that_the_chain_reads_further_is_warned_about():
-    """A hook or retain_grad() on the returned features sees only the caller's part of their
-    gradient (the head's part is added inside the chain's backward): a warning says so. A hook on
-    the logits, which nothing in the chain reads, sees its whole gradient: no warning, and the
-    parameters' gradients are those of the unmodified model."""
-    def make():
-        torch.manual_seed(0)
+    """Where the schedule recomputes, a hook or retain_grad() on the returned features sees only
+    the caller's part of their gradient (the head's part is added inside the chain's backward): a
+    warning says so. A hook on the logits, which nothing in the chain reads, sees its whole
+    gradient: no warning, and the parameters' gradients are those of the unmodified model. With no
+    recomputation the chain's graph is the model's own: retain_grad() on the features sees their
+    whole gradient, the unmodified model's, and nothing warns."""
+    def make(seed: int = 0):
+        torch.manual_seed(seed)
         return torch.jit.script(FeaturesAndLogits())
 
     x = torch.randn(5, 8)
-    rewritten = jitckpt.checkpoint(make(), (x,), memory_limit=None, profile_repeats=1)
-    assert jitckpt.plan(rewritten)["num_stages"] >= 4
+    profiled = jitckpt.checkpoint(make(), (x,), memory_limit=None, profile_repeats=1)
+    assert jitckpt.plan(profiled)["num_stages"] >= 4
+    recomputing = at_smallest_limit(make, (x,), profiled)
+    assert "Fck(" in jitckpt.plan(recomputing)["schedule"] or "Fn(" in jitckpt.plan(recomputing)["schedule"]
     reference = make()
     results = []
-    for model in (reference, rewritten):
+    for model in (reference, recomputing):
         with torch.jit.optimized_execution(False), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             logits, features = model(x)
@@ -272,12 +302,20 @@ def test_a_hook_on_a_returned_tensor_that_the_chain_reads_further_is_warned_abou
         assert not [w for w in caught if "retain_grad" in str(w.message)], [str(w.message) for w in caught]
         results.append(grads_of(model))
     assert_equal_lists("hook on the logits", *results)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        logits, features = rewritten(x)
-        features.retain_grad()
-        (logits.square().sum() + features.square().sum()).backward()
-    assert any("later layers also read" in str(w.message) for w in caught), [str(w.message) for w in caught]
+
+    def features_grad(model):
+        with torch.jit.optimized_execution(False), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            logits, features = model(x)
+            features.retain_grad()
+            (logits.square().sum() + features.square().sum()).backward()
+        return features.grad, [str(w.message) for w in caught]
+
+    _, caught = features_grad(recomputing)
+    assert any("later layers also read" in w for w in caught), caught
+    whole, caught = features_grad(profiled)
+    assert not [w for w in caught if "retain_grad" in w], caught
+    assert torch.equal(whole, features_grad(make())[0])
 
 
 def test_autocast_forward_then_backward_outside_it(family, rewritten_factory):

@@ -179,17 +179,20 @@ def test_torch_profiler_names_every_stage_run_of_the_schedule(profiled, monkeypa
 
 
 def test_the_backward_of_consecutive_stages_is_one_engine_call(profiled, monkeypatch):
-    """With no limit the schedule is every Fall, then B(L) .. B(1): one call of the autograd
-    engine for them all (a call costs the host a graph task of its own: about 75 µs on an H200's
-    host), still bit for bit (test_training_steps_are_bit_identical), whether the stages run as
-    one group (runtime/grouped_stages.h) or apart."""
+    """With no limit the schedule is every Fall, then B(L) .. B(1). Run apart, the stages' B are
+    one call of the autograd engine (a call costs the host a graph task of its own: about 75 µs on
+    an H200's host); run as one group, the chain is the unmodified model's graph, recorded on the
+    call's own tensors, and the caller's backward differentiates it with no call of jitckpt's.
+    Bit for bit either way (test_training_steps_are_bit_identical)."""
     stages = jitckpt.plan(profiled)["num_stages"]
-    for grouped in ("1", "0"):
+    for grouped, runs in (("1", []), ("0", [(stages, 1)])):
         monkeypatch.setenv("JITCKPT_GROUP_STAGES", grouped)
         step(profiled, X)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             step(profiled, X)
-        assert backward_runs(prof) == [(stages, 1)], grouped
+        assert backward_runs(prof) == runs, grouped
+        names = {e.name for e in prof.events()}
+        assert ("jitckpt::chain_backward" in names) == (grouped == "0"), grouped
 
 
 class TensorIdioms(nn.Module):
