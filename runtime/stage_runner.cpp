@@ -342,7 +342,19 @@ RecordedStage StageRunner::recordedForward(int l, const Tensors& activations) {
   recorded.first_sequence_nr = at::sequence_number::peek();
   const bool gradient_flows = l > 1 || input_requires_grad_;
   Tensors inputs;
-  for (const auto& t : activations) {
+  for (size_t i = 0; i < activations.size(); ++i) {
+    const at::Tensor& t = activations[i];
+    // The same tensor at two positions (a branch that returned its input) is one tensor in the
+    // model, whose uses autograd adds in one buffer, one at a time: it gets one alias and one edge,
+    // at its first position, so that the sums round as the model's do.
+    const auto same =
+        std::find_if(activations.begin(), activations.begin() + i,
+                     [&](const at::Tensor& a) { return t.defined() && a.is_same(t); });
+    if (same != activations.begin() + i) {
+      inputs.push_back(inputs[same - activations.begin()]);
+      recorded.input_edges.emplace_back();
+      continue;
+    }
     at::Tensor input = t.detach();
     torch::autograd::Edge edge;
     if (gradient_flows && t.is_floating_point()) {
