@@ -193,6 +193,15 @@ def test_the_backward_of_consecutive_stages_is_one_engine_call(profiled, monkeyp
         assert backward_runs(prof) == runs, grouped
         names = {e.name for e in prof.events()}
         assert ("jitckpt::chain_backward" in names) == (grouped == "0"), grouped
+    # A limit the model fits (twice its peak) gives the same schedule, run the same way.
+    monkeypatch.delenv("JITCKPT_GROUP_STAGES")
+    roomy = jitckpt.checkpoint(scripted(), (X,), memory_limit=2 * jitckpt.plan(profiled)["predicted_peak"],
+                               reuse_profile_of=profiled)
+    assert jitckpt.plan(roomy)["schedule"] == jitckpt.plan(profiled)["schedule"]
+    step(roomy, X)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        step(roomy, X)
+    assert "jitckpt::chain_backward" not in {e.name for e in prof.events()}
 
 
 class TensorIdioms(nn.Module):
