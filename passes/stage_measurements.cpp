@@ -105,7 +105,9 @@ Tensors measureMemory(StageRunner& runner, int l, const Tensors& current,
   Tensors outputs = runner.forward(l, current);  // F∅/Fck: keeps a^l
   s.output_bytes = storageBytes(outputs);
   s.passed_bytes = sharedStorageBytes(outputs, current);
-  s.forward_overhead_no_grad = std::max<int64_t>(0, probe.peakBytes() - base - s.output_bytes);
+  // Above the bytes the stage made: what it passes through of its input was held before it ran.
+  const int64_t made_bytes = s.output_bytes - s.passed_bytes;
+  s.forward_overhead_no_grad = std::max<int64_t>(0, probe.peakBytes() - base - made_bytes);
 
   base = probe.resetPeak();
   RecordedStage recorded = runner.recordedForward(l, current);  // Fall: keeps abar^l

@@ -75,6 +75,28 @@ TEST(ProfileChain, SizesFollowFromTheOps) {
   EXPECT_EQ(p.labels.back(), "loss");
 }
 
+// x[8,32] -mm-> -relu-> a[8,64] | -mm-> h[8,128] -sum over halves-> b[8,64], a passed through |
+// -mm-> + a -tanh->
+TEST(ProfileChain, NoGradOverheadIsAboveTheBytesTheStageMade) {
+  torch::manual_seed(0);
+  torch::jit::Module m("PassesThrough");
+  m.register_attribute("training", c10::BoolType::get(), true);
+  m.register_parameter("w1", torch::randn({32, 64}).requires_grad_(), false);
+  m.register_parameter("w2", torch::randn({64, 128}).requires_grad_(), false);
+  m.register_parameter("w3", torch::randn({64, 64}).requires_grad_(), false);
+  m.define(R"(
+    def forward(self, x):
+        a = torch.relu(torch.mm(x, self.w1))
+        b = torch.mm(a, self.w2).view(8, 2, 64).sum(1)
+        return torch.tanh(torch.mm(b, self.w3) + a)
+  )");
+  Partition partition = partitionModule(m);
+  ASSERT_EQ(partition.stages.size(), 3u) << "the test expects a cut after relu and after sum";
+  const ChainProfile p = profileChain(m, partition, {torch::randn({kBatch, 32})}, quiet());
+  // F∅(2) holds h while sum makes b; a, which it passes through, was held before it ran.
+  EXPECT_EQ(p.costs.of_nograd[2], kBatch * 128 * kFloat);
+}
+
 TEST(ProfileChain, InputGradientWhenTheInputRequiresGrad) {
   const ChainProfile p = profileKnownChain(true);
   EXPECT_EQ(p.costs.wd[0], kBatch * 32 * kFloat);
