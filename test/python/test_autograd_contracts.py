@@ -212,6 +212,28 @@ def test_create_graph_is_refused_and_the_module_stays_exact(family, rewritten_fa
     assert_equal_lists(f"{family.name}: the step after a refused create_graph", *results)
 
 
+def test_two_forward_calls_before_one_backward(family, rewritten_factory):
+    """A siamese loss: two calls, then one backward. Without recomputation each call records the
+    model's own graph, and the gradients are the model's bit for bit; where the chain recomputes,
+    each call's gradients are added apart, which rounds otherwise in the last bits
+    (docs/supported.md)."""
+    reference, model = both(family, rewritten_factory)
+    results = []
+    with torch.jit.optimized_execution(False):
+        for m in (reference, model):
+            first = forward_loss(m, family, float_inputs(family), seed=0)
+            second = forward_loss(m, family, float_inputs(family), seed=1)
+            (first + second).backward()
+            results.append(grads_of(m))
+    if not recomputes(model):
+        assert_equal_lists(f"{family.name}: two calls, one backward", *results)
+        return
+    for i, (x, y) in enumerate(zip(*results)):
+        assert (x is None) == (y is None), i
+        if x is not None:
+            assert torch.allclose(x, y, rtol=1e-4, atol=1e-6), f"{family.name} {i}"
+
+
 def test_retain_graph_backward_twice(family, rewritten_factory):
     results = []
     with torch.jit.optimized_execution(False), warnings.catch_warnings():
