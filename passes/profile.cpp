@@ -112,17 +112,9 @@ UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inpu
   return run;
 }
 
-int64_t madeBytes(const GradientSources& sources) {
-  int64_t bytes = 0;
-  for (int64_t b : sources.made_bytes) bytes += b;
-  return bytes;
-}
-
 // B(l) measured again, on ones laid out as the whole schedule handed it its gradients, where
 // measureMemory did not measure it so (stages 1..L-1: B(L) is handed ones in both); ob[l] the
-// larger, and the sources of delta^{l-1} those of the run that made more of it (a use added into
-// a handed gradient in place the first time is a new tensor beside a handed view). The stages'
-// inputs come from a forward without grad, as the profile's own.
+// larger. The stages' inputs come from a forward without grad, as the profile's own.
 void measureOnHandedLayouts(StageRunner& runner, const ChainArguments& arguments,
                             const std::vector<GradientLayouts>& handed,
                             const std::vector<GradientLayouts>& output_layouts,
@@ -141,13 +133,10 @@ void measureOnHandedLayouts(StageRunner& runner, const ChainArguments& arguments
     if (again[l]) {
       RecordedStage recorded = runner.recordedForward(l, current);
       Tensors deltas = onesLaidOut(handed[l], recorded.outputs);
-      StageProfile remeasured;
+      StageProfile unused;
       const int64_t ob =
-          measureBackward(runner, l, std::move(recorded), std::move(deltas), probe, remeasured);
+          measureBackward(runner, l, std::move(recorded), std::move(deltas), probe, unused);
       c.ob[l] = std::max(c.ob[l], ob);
-      GradientSources& sources = profile.stages[l - 1].input_grad_sources;
-      if (madeBytes(remeasured.input_grad_sources) > madeBytes(sources))
-        sources = remeasured.input_grad_sources;
     }
     if (l < last) current = runner.forward(l, current);
   }
@@ -209,16 +198,6 @@ std::vector<int64_t> outputGradientBytes(const Tensors& chain_outputs) {
   return bytes;
 }
 
-// wd as a step holds each delta: a gradient handed on keeps the storage it lies in.
-void setHeldGradients(const ChainProfile& profile, const Tensors& chain_outputs, solver::Costs& c) {
-  std::vector<GradientSources> sources;
-  for (const auto& s : profile.stages) sources.push_back(s.input_grad_sources);
-  const HeldGradients held = heldGradients(sources, outputGradientBytes(chain_outputs));
-  std::copy(held.wd.begin(), held.wd.end(), c.wd.begin());
-  c.wd_handed = held.handed;
-  c.wd_handed.push_back(0);  // the terminal stage
-}
-
 void appendTerminalStage(solver::Costs& c, const Tensors& chain_outputs) {
   const auto output_grad_bytes = outputGradientBytes(chain_outputs);
   c.wd.back() = std::accumulate(output_grad_bytes.begin(), output_grad_bytes.end(), int64_t{0});
@@ -275,7 +254,13 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   }
   c.spans = spans.spans();
   appendTerminalStage(c, current);
-  setHeldGradients(profile, current, c);
+  // wd as a step holds each delta: a gradient handed on keeps the storage it lies in.
+  std::vector<GradientSources> sources;
+  for (const auto& s : profile.stages) sources.push_back(s.input_grad_sources);
+  const HeldGradients held = heldGradients(sources, outputGradientBytes(current));
+  std::copy(held.wd.begin(), held.wd.end(), c.wd.begin());
+  c.wd_handed = held.handed;
+  c.wd_handed.push_back(0);  // the terminal stage
   const LiftedGradientBytes lifted_gradients = liftedGradientBytes(profile.stages);
   c.wg = lifted_gradients.made;
   profile.labels.push_back("loss");
@@ -320,7 +305,6 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
       if (any) measureOnHandedLayouts(runner, arguments, handed, output_layouts, *probe, profile);
     }
   }
-  setHeldGradients(profile, current, c);  // with the sources measured on handed layouts
   // Where B(l) and a later B that made a gradient it adds to run in one engine call (a group),
   // autograd adds the two in the tensor's InputBuffer, in place only where it holds the first
   // one's storage alone, and that one is often a view whose base holds it too (a weight's

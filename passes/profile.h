@@ -95,7 +95,6 @@ struct GradientLayout {
   bool defined = false;
   std::vector<int64_t> sizes, strides;
   bool contiguous = false;
-  bool view = false;  // part of a larger gradient (a cat's slice): autograd cannot add into it
 };
 using GradientLayouts = std::vector<GradientLayout>;  // one per output of a stage
 

@@ -50,8 +50,7 @@ GradientLayouts layoutsOf(const Tensors& tensors) {
   GradientLayouts out;
   for (const auto& t : tensors) {
     GradientLayout layout;
-    if (t.defined())
-      layout = {true, t.sizes().vec(), t.strides().vec(), t.is_contiguous(), t.is_view()};
+    if (t.defined()) layout = {true, t.sizes().vec(), t.strides().vec(), t.is_contiguous()};
     out.push_back(std::move(layout));
   }
   return out;
@@ -62,7 +61,7 @@ bool measuredOn(const GradientLayouts& handed, const GradientLayouts& outputs) {
   for (size_t i = 0; i < handed.size(); ++i) {
     const GradientLayout& h = handed[i];
     if (!h.defined || !outputs[i].defined || h.sizes != outputs[i].sizes) continue;
-    if (h.view || (h.strides != outputs[i].strides && !h.contiguous)) return false;
+    if (h.strides != outputs[i].strides && !h.contiguous) return false;
   }
   return true;
 }

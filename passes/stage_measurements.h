@@ -20,11 +20,10 @@ Tensors onesFor(const Tensors& outputs);
 GradientLayouts layoutsOf(const Tensors& tensors);
 
 // Whether measureMemory measured B of outputs laid out as `outputs` on gradients laid out as
-// `handed`: it hands B ones laid out as a^l, and contiguous ones too where a^l is not, never a
-// view of a larger gradient, into which autograd adds a stage's other uses out of place.
+// `handed`: it hands B ones laid out as a^l, and contiguous ones too where a^l is not.
 bool measuredOn(const GradientLayouts& handed, const GradientLayouts& outputs);
 
-// Ones for `outputs` laid out as `handed` (zero strides and gaps included), each a view.
+// Ones for `outputs` laid out as `handed` (zero strides and gaps included).
 Tensors onesLaidOut(const GradientLayouts& handed, const Tensors& outputs);
 
 // B(l) on `recorded` with `deltas` (delta^l) moved in, as the executor hands them over (B frees
