@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <string>
 
+#include "solver/baselines.h"
+
 namespace jitckpt {
 namespace {
 
@@ -66,15 +68,8 @@ Tensors ScheduleExecutor::runInference() {
 }
 
 bool ScheduleExecutor::recordsOnce() const {
-  using solver::OpKind;
-  const auto& schedule = chain_->schedule;
-  if (how_ == RunAs::EveryStage || schedule.size() != 2 * static_cast<size_t>(L_ + 1)) return false;
-  for (int l = 1; l <= L_ + 1; ++l) {
-    if (schedule[l - 1] != solver::Op{OpKind::ForwardAll, l} ||
-        schedule[L_ + l] != solver::Op{OpKind::Backward, L_ + 2 - l})
-      return false;
-  }
-  return true;
+  return how_ != RunAs::EveryStage &&
+         chain_->schedule == solver::noCheckpointScheduleOfLength(L_ + 1);
 }
 
 Tensors ScheduleExecutor::runRecordedOnce() {

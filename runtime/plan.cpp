@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "runtime/replan.h"
+#include "solver/baselines.h"
 #include "solver/memory_limit.h"
 #include "solver/simulator.h"
 
@@ -60,11 +61,8 @@ std::shared_ptr<const GroupedChain> Plan::chainToRun(RunAs how) const {
       break;
     case RunAs::Inference: {
       // Straight through: the schedule of no checkpointing groups every stage that may join.
-      solver::Schedule straight;
-      const int L = numStages();
-      for (int l = 1; l <= L + 1; ++l) straight.push_back({solver::OpKind::ForwardAll, l});
-      for (int l = L + 1; l >= 1; --l) straight.push_back({solver::OpKind::Backward, l});
-      chain = std::make_shared<const GroupedChain>(groupStages(stages_, straight));
+      chain = std::make_shared<const GroupedChain>(
+          groupStages(stages_, solver::noCheckpointScheduleOfLength(numStages() + 1)));
       break;
     }
   }

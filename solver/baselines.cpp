@@ -9,7 +9,10 @@
 namespace jitckpt::solver {
 
 Schedule noCheckpointSchedule(const Costs& chain) {
-  const int L = chain.length();
+  return noCheckpointScheduleOfLength(chain.length());
+}
+
+Schedule noCheckpointScheduleOfLength(int L) {
   Schedule schedule;
   for (int l = 1; l <= L; ++l) schedule.push_back({OpKind::ForwardAll, l});
   for (int l = L; l >= 1; --l) schedule.push_back({OpKind::Backward, l});

@@ -10,6 +10,8 @@ namespace jitckpt::solver {
 
 // Fall(1..L) then B(L..1): what autograd does without checkpointing.
 Schedule noCheckpointSchedule(const Costs& chain);
+// The same for a chain of `length` stages, the terminal one included.
+Schedule noCheckpointScheduleOfLength(int length);
 
 // checkpoint_sequential(functions, segments): the first segments-1 segments have
 // floor(n / segments) stages and run without saving (only their input is kept); the last segment
