@@ -69,10 +69,18 @@ void SpanTracker::end(const Held& held, int last) {
   if (last > held.first) spans_[{held.first, last}] += held.bytes;
 }
 
+namespace {
+// Inference tensors have no version counter.
+int64_t versionOf(const at::Tensor& t) {
+  return t.defined() && !t.is_inference() ? static_cast<int64_t>(t._version()) : 0;
+}
+}  // namespace
+
 HandedGradients::HandedGradients(const Tensors& output_grads) {
   for (const auto& t : output_grads) {
     const bool held = t.defined() && t.has_storage();
     keys_.push_back(held ? t.storage().unsafeGetStorageImpl() : nullptr);
+    versions_.push_back(versionOf(t));
     if (held) storages_.push_back(t.storage().getWeakStorageImpl());
   }
 }
@@ -94,6 +102,9 @@ GradientSources HandedGradients::sourcesOf(const Tensors& input_grads) const {
       }
     }
     sources.handed_on_from.push_back(from);
+    // A gradient handed on shares the version counter of the one handed (it is that tensor, or a
+    // view or detached alias of it); one that does not reads as written, the safe side.
+    sources.written.push_back(from >= 0 && versionOf(t) != versions_[static_cast<size_t>(from)]);
     sources.made.push_back(index);
     sources.own_bytes.push_back(
         t.defined()
@@ -121,10 +132,18 @@ HeldGradients heldGradients(const std::vector<GradientSources>& stages,
                             const std::vector<int64_t>& output_grad_bytes) {
   std::vector<int64_t> bytes_of;  // per storage, numbered as met from delta^L down
   std::vector<int> ids;           // per gradient of the current delta: its storage, or -1
+  std::vector<int64_t> own = output_grad_bytes;  // per gradient: its bytes as a tensor of its own
   for (int64_t bytes : output_grad_bytes) {
     ids.push_back(bytes > 0 ? static_cast<int>(bytes_of.size()) : -1);
     if (bytes > 0) bytes_of.push_back(bytes);
   }
+  // Whether autograd can add into gradient `from` of the current delta in place: not where it is
+  // a slice of a storage that other gradients hold or that is larger than it.
+  auto addable = [&](size_t from) {
+    const int id = ids[from];
+    return std::count(ids.begin(), ids.end(), id) == 1 &&
+           bytes_of[static_cast<size_t>(id)] <= own[from];
+  };
   HeldGradients held{std::vector<int64_t>(stages.size(), 0),
                      std::vector<int64_t>(stages.size() + 1, 0)};
   for (size_t l = stages.size(); l >= 1; --l) {
@@ -139,7 +158,9 @@ HeldGradients heldGradients(const std::vector<GradientSources>& stages,
                               ") handed on the gradient of output ", from, ", which stage ", l,
                               " does not have");
         next[i] = ids[static_cast<size_t>(from)];
-        if (next[i] < 0 && i < s.own_bytes.size() && s.own_bytes[i] > 0) {  // none handed: made
+        const bool written = i < s.written.size() && s.written[i];
+        const bool made_anew = next[i] < 0 || (written && !addable(static_cast<size_t>(from)));
+        if (made_anew && i < s.own_bytes.size() && s.own_bytes[i] > 0) {
           next[i] = static_cast<int>(bytes_of.size());
           bytes_of.push_back(s.own_bytes[i]);
         }
@@ -150,6 +171,8 @@ HeldGradients heldGradients(const std::vector<GradientSources>& stages,
     held.wd[l - 1] = distinctBytes(next, bytes_of);
     held.handed[l] = distinctBytes(next, bytes_of, &ids);
     ids = std::move(next);
+    own = s.own_bytes;
+    own.resize(ids.size(), 0);
   }
   return held;
 }

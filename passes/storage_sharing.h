@@ -47,12 +47,15 @@ class SpanTracker {
 // Per input gradient of one B: the first output gradient whose storage it shares (handed_on_from),
 // or the storage B made that it lies in (made, an index into made_bytes); -1 where neither
 // (undefined). own_bytes: what the gradient takes as a tensor of its own (0 where undefined), for
-// one handed on from an output gradient that a step does not hand B (heldGradients).
+// one handed on from an output gradient that a step does not hand B, or hands as a slice that B
+// cannot add into (heldGradients). written: handed on, and B wrote into it (autograd added a use
+// of the stage's into it in place); empty: none was.
 struct GradientSources {
   std::vector<int> handed_on_from;
   std::vector<int> made;
   std::vector<int64_t> made_bytes;
   std::vector<int64_t> own_bytes;
+  std::vector<bool> written;
 };
 
 // Remembers the storages of the gradients handed to a B, weakly: B still frees each once read,
@@ -64,6 +67,7 @@ class HandedGradients {
 
  private:
   std::vector<const void*> keys_;  // per output gradient: its storage, or null
+  std::vector<int64_t> versions_;  // per output gradient: its version when handed
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> storages_;  // keeps each key unique
 };
 
@@ -74,7 +78,9 @@ class HandedGradients {
 // A B is measured with a gradient for every output that requires grad; where a step hands it
 // none (the next stage reads that output for its shape only), a gradient measured as handed on
 // from it (added in place into the one handed: PyTorch 2.x's engine does) is made by B, its
-// own_bytes.
+// own_bytes. Likewise where B wrote into a gradient handed on that a step hands as a slice of a
+// storage that other gradients hold too (a cat's backward): autograd adds into such a view out of
+// place, a new tensor of the gradient's own size.
 struct HeldGradients {
   std::vector<int64_t> wd, handed;
 };
