@@ -81,6 +81,10 @@ HandedGradients::HandedGradients(const Tensors& output_grads) {
     const bool held = t.defined() && t.has_storage();
     keys_.push_back(held ? t.storage().unsafeGetStorageImpl() : nullptr);
     versions_.push_back(versionOf(t));
+    tensors_.emplace_back(
+        t.defined()
+            ? c10::weak_intrusive_ptr<c10::TensorImpl>(t.getIntrusivePtr())
+            : c10::weak_intrusive_ptr<c10::TensorImpl>(c10::intrusive_ptr<c10::TensorImpl>()));
     if (held) storages_.push_back(t.storage().getWeakStorageImpl());
   }
 }
@@ -105,6 +109,10 @@ GradientSources HandedGradients::sourcesOf(const Tensors& input_grads) const {
     // A gradient handed on shares the version counter of the one handed (it is that tensor, or a
     // view or detached alias of it); one that does not reads as written, the safe side.
     sources.written.push_back(from >= 0 && versionOf(t) != versions_[static_cast<size_t>(from)]);
+    const bool same_tensor =
+        from >= 0 &&
+        t.unsafeGetTensorImpl() == tensors_[static_cast<size_t>(from)]._unsafe_get_target();
+    sources.view.push_back(from >= 0 ? !same_tensor : t.defined() && t.is_view());
     sources.made.push_back(index);
     sources.own_bytes.push_back(
         t.defined()
@@ -115,64 +123,86 @@ GradientSources HandedGradients::sourcesOf(const Tensors& input_grads) const {
 }
 
 namespace {
-int64_t distinctBytes(const std::vector<int>& ids, const std::vector<int64_t>& bytes_of,
-                      const std::vector<int>* within = nullptr) {
+// One gradient of a delta as a step holds it.
+struct HeldGradient {
+  int storage = -1;   // into the storages' bytes; -1: none
+  int64_t own = 0;    // its bytes as a tensor of its own
+  bool view = false;  // a view in a step
+};
+using HeldDelta = std::vector<HeldGradient>;
+
+int64_t distinctBytes(const HeldDelta& delta, const std::vector<int64_t>& bytes_of,
+                      const HeldDelta* within = nullptr) {
   std::unordered_set<int> seen;
   int64_t bytes = 0;
-  for (int id : ids) {
-    if (id < 0 || !seen.insert(id).second) continue;
-    if (within && std::find(within->begin(), within->end(), id) == within->end()) continue;
-    bytes += bytes_of[static_cast<size_t>(id)];
+  for (const HeldGradient& g : delta) {
+    if (g.storage < 0 || !seen.insert(g.storage).second) continue;
+    if (within && std::none_of(within->begin(), within->end(),
+                               [&](const HeldGradient& o) { return o.storage == g.storage; }))
+      continue;
+    bytes += bytes_of[static_cast<size_t>(g.storage)];
   }
   return bytes;
+}
+
+// Whether PyTorch 2.x's engine adds into `g` in place: only where it holds its storage alone, so
+// not a view, nor a slice of a storage that other gradients of the delta hold or that is larger.
+bool addableInPlace(const HeldGradient& g, const HeldDelta& delta,
+                    const std::vector<int64_t>& bytes_of) {
+  const auto holders = std::count_if(delta.begin(), delta.end(),
+                                     [&](const HeldGradient& o) { return o.storage == g.storage; });
+  return !g.view && holders == 1 && bytes_of[static_cast<size_t>(g.storage)] <= g.own;
+}
+
+// Gradient i of delta^{l-1} from B(l)'s sources `s` and delta^l as a step holds it; a storage it
+// makes anew goes into bytes_of (B's own storages start at first_made).
+HeldGradient heldInputGradient(const GradientSources& s, size_t i, int first_made,
+                               const HeldDelta& delta, std::vector<int64_t>& bytes_of, size_t l) {
+  HeldGradient g;
+  g.own = i < s.own_bytes.size() ? s.own_bytes[i] : 0;
+  const bool view = i < s.view.size() && s.view[i];
+  const int from = s.handed_on_from[i];
+  if (from < 0) {
+    if (s.made[i] >= 0) g.storage = first_made + s.made[i];
+    g.view = view;
+    return g;
+  }
+  TORCH_INTERNAL_ASSERT(static_cast<size_t>(from) < delta.size(), "jitckpt: B(", l,
+                        ") handed on the gradient of output ", from, ", which stage ", l,
+                        " does not have");
+  const HeldGradient& handed = delta[static_cast<size_t>(from)];
+  const bool written = i < s.written.size() && s.written[i];
+  if (handed.storage >= 0 && (!written || addableInPlace(handed, delta, bytes_of))) {
+    g.storage = handed.storage;
+    g.view = view || handed.view;
+  } else if (g.own > 0) {  // none handed there, or added into out of place: B's own
+    g.storage = static_cast<int>(bytes_of.size());
+    bytes_of.push_back(g.own);
+  }
+  return g;
 }
 }  // namespace
 
 HeldGradients heldGradients(const std::vector<GradientSources>& stages,
                             const std::vector<int64_t>& output_grad_bytes) {
   std::vector<int64_t> bytes_of;  // per storage, numbered as met from delta^L down
-  std::vector<int> ids;           // per gradient of the current delta: its storage, or -1
-  std::vector<int64_t> own = output_grad_bytes;  // per gradient: its bytes as a tensor of its own
+  HeldDelta delta;                // the current delta, from delta^L down
   for (int64_t bytes : output_grad_bytes) {
-    ids.push_back(bytes > 0 ? static_cast<int>(bytes_of.size()) : -1);
+    delta.push_back({bytes > 0 ? static_cast<int>(bytes_of.size()) : -1, bytes, false});
     if (bytes > 0) bytes_of.push_back(bytes);
   }
-  // Whether autograd can add into gradient `from` of the current delta in place: not where it is
-  // a slice of a storage that other gradients hold or that is larger than it.
-  auto addable = [&](size_t from) {
-    const int id = ids[from];
-    return std::count(ids.begin(), ids.end(), id) == 1 &&
-           bytes_of[static_cast<size_t>(id)] <= own[from];
-  };
   HeldGradients held{std::vector<int64_t>(stages.size(), 0),
                      std::vector<int64_t>(stages.size() + 1, 0)};
   for (size_t l = stages.size(); l >= 1; --l) {
     const GradientSources& s = stages[l - 1];
     const int first_made = static_cast<int>(bytes_of.size());
     bytes_of.insert(bytes_of.end(), s.made_bytes.begin(), s.made_bytes.end());
-    std::vector<int> next(s.handed_on_from.size(), -1);
-    for (size_t i = 0; i < next.size(); ++i) {
-      const int from = s.handed_on_from[i];
-      if (from >= 0) {
-        TORCH_INTERNAL_ASSERT(static_cast<size_t>(from) < ids.size(), "jitckpt: B(", l,
-                              ") handed on the gradient of output ", from, ", which stage ", l,
-                              " does not have");
-        next[i] = ids[static_cast<size_t>(from)];
-        const bool written = i < s.written.size() && s.written[i];
-        const bool made_anew = next[i] < 0 || (written && !addable(static_cast<size_t>(from)));
-        if (made_anew && i < s.own_bytes.size() && s.own_bytes[i] > 0) {
-          next[i] = static_cast<int>(bytes_of.size());
-          bytes_of.push_back(s.own_bytes[i]);
-        }
-      } else if (s.made[i] >= 0) {
-        next[i] = first_made + s.made[i];
-      }
-    }
+    HeldDelta next;
+    for (size_t i = 0; i < s.handed_on_from.size(); ++i)
+      next.push_back(heldInputGradient(s, i, first_made, delta, bytes_of, l));
     held.wd[l - 1] = distinctBytes(next, bytes_of);
-    held.handed[l] = distinctBytes(next, bytes_of, &ids);
-    ids = std::move(next);
-    own = s.own_bytes;
-    own.resize(ids.size(), 0);
+    held.handed[l] = distinctBytes(next, bytes_of, &delta);
+    delta = std::move(next);
   }
   return held;
 }

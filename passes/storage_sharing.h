@@ -49,13 +49,16 @@ class SpanTracker {
 // (undefined). own_bytes: what the gradient takes as a tensor of its own (0 where undefined), for
 // one handed on from an output gradient that a step does not hand B, or hands as a slice that B
 // cannot add into (heldGradients). written: handed on, and B wrote into it (autograd added a use
-// of the stage's into it in place); empty: none was.
+// of the stage's into it in place). view: a view of a storage that another tensor holds too (a
+// view of the gradient handed, or of one B made), where a gradient handed on as the very tensor
+// handed is a view where that one is. Empty: none is.
 struct GradientSources {
   std::vector<int> handed_on_from;
   std::vector<int> made;
   std::vector<int64_t> made_bytes;
   std::vector<int64_t> own_bytes;
   std::vector<bool> written;
+  std::vector<bool> view;
 };
 
 // Remembers the storages of the gradients handed to a B, weakly: B still frees each once read,
@@ -69,6 +72,8 @@ class HandedGradients {
   std::vector<const void*> keys_;  // per output gradient: its storage, or null
   std::vector<int64_t> versions_;  // per output gradient: its version when handed
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> storages_;  // keeps each key unique
+  // Per output gradient: the tensor itself, weakly (its address stays unique), or null.
+  std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> tensors_;
 };
 
 // The gradients as a step holds them, from each stage's sources (stages[l-1] for stage l),
@@ -78,9 +83,10 @@ class HandedGradients {
 // A B is measured with a gradient for every output that requires grad; where a step hands it
 // none (the next stage reads that output for its shape only), a gradient measured as handed on
 // from it (added in place into the one handed: PyTorch 2.x's engine does) is made by B, its
-// own_bytes. Likewise where B wrote into a gradient handed on that a step hands as a slice of a
-// storage that other gradients hold too (a cat's backward): autograd adds into such a view out of
-// place, a new tensor of the gradient's own size.
+// own_bytes. Likewise where B wrote into a gradient handed on that a step hands as a view (a
+// transposed gradient, a slice of a cat's), or as a storage that other gradients hold too:
+// PyTorch 2.x's engine adds into a gradient in place only where it holds its storage alone, and
+// otherwise makes a new tensor of the gradient's own size.
 struct HeldGradients {
   std::vector<int64_t> wd, handed;
 };

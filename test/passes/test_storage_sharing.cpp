@@ -29,9 +29,9 @@ TEST(StorageSharing, GradientsHandedOnAreToldFromThoseBMade) {
 // hands each of its 4 inputs a slice; stages 2 and 1 each read one slice and hand the others on,
 // beside 8 bytes of their own. Each delta keeps the whole 40 alive while it holds any slice.
 TEST(StorageSharing, ASliceHandedOnHoldsTheWholeUntilTheLastBThatReadsIt) {
-  GradientSources cat{{-1, -1, -1, -1}, {0, 0, 0, 0}, {40}, {10, 10, 10, 10}, {}};
-  GradientSources branch2{{0, 1, 2, -1}, {-1, -1, -1, 0}, {8}, {10, 10, 10, 8}, {}};
-  GradientSources branch1{{0, 1, -1}, {-1, -1, 0}, {8}, {10, 10, 8}, {}};
+  GradientSources cat{{-1, -1, -1, -1}, {0, 0, 0, 0}, {40}, {10, 10, 10, 10}, {}, {}};
+  GradientSources branch2{{0, 1, 2, -1}, {-1, -1, -1, 0}, {8}, {10, 10, 10, 8}, {}, {}};
+  GradientSources branch1{{0, 1, -1}, {-1, -1, 0}, {8}, {10, 10, 8}, {}, {}};
   // delta^3: the chain's output gradient, 100 bytes.
   const HeldGradients held = heldGradients({branch1, branch2, cat}, {100});
   EXPECT_EQ(held.wd, (std::vector<int64_t>{40 + 8, 40 + 8, 40}));
@@ -53,7 +53,7 @@ TEST(StorageSharing, AGradientAddedIntoOneAStepDoesNotHandIsMadeByB) {
   EXPECT_EQ(head.own_bytes, (std::vector<int64_t>{16 * kFloat}));
   // The step: output 0's gradient is 12 bytes, output 1 (passed through, read for its shape by
   // the stage after) gets none.
-  GradientSources after{{-1, -1}, {0, -1}, {12}, {12, 0}, {}};
+  GradientSources after{{-1, -1}, {0, -1}, {12}, {12, 0}, {}, {}};
   const HeldGradients held = heldGradients({head, after}, {12});
   EXPECT_EQ(held.wd, (std::vector<int64_t>{16 * kFloat, 12}));
   EXPECT_EQ(held.handed, (std::vector<int64_t>{0, 0, 0}));
@@ -71,21 +71,41 @@ TEST(StorageSharing, AGradientWrittenInPlaceIsToldFromOnePassedOn) {
       handed.sourcesOf({added, output_grads[1], output_grads[2].view({4}).mul_(2)});
   EXPECT_EQ(sources.handed_on_from, (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(sources.written, (std::vector<bool>{true, false, true}));
+  // The very tensor handed is a view in a step where that one is (told by heldGradients); a
+  // view of it, or of a tensor B made, is one anyway.
+  EXPECT_EQ(sources.view, (std::vector<bool>{false, false, true}));
+  const at::Tensor made = at::zeros({2, 2});
+  EXPECT_EQ(handed.sourcesOf({made, made.t()}).view, (std::vector<bool>{false, true}));
+}
+
+// A transposing stage (2) hands on a view of its gradient. Autograd cannot add into a view in
+// place, so B(1), which wrote into the gradient it was handed (fresh ones in the profile), makes
+// a new one in a step, beside the view it reads: delta^0 shares nothing with delta^1. Passed on
+// untouched, the view is delta^0 itself.
+TEST(StorageSharing, AGradientWrittenInPlaceIsMadeAnewWhereAStepHandsAView) {
+  GradientSources transpose{{0}, {-1}, {}, {16}, {false}, {true}};
+  GradientSources layer{{0}, {-1}, {}, {16}, {true}, {false}};
+  HeldGradients held = heldGradients({layer, transpose}, {16});
+  EXPECT_EQ(held.wd, (std::vector<int64_t>{16, 16}));
+  EXPECT_EQ(held.handed, (std::vector<int64_t>{0, 0, 16}));
+  layer.written = {false};
+  held = heldGradients({layer, transpose}, {16});
+  EXPECT_EQ(held.handed, (std::vector<int64_t>{0, 16, 16}));
 }
 
 // A step hands the dense layer (stage 1) slices of the cat's gradient (stage 2, 40 bytes, four
 // slices). Autograd cannot add into a slice whose storage the others hold: the two B(1) wrote
 // into are new tensors of their own size, beside the whole, still held by the two passed on.
 TEST(StorageSharing, ASliceWrittenInPlaceIsMadeAnewWhereOthersHoldItsStorage) {
-  GradientSources cat{{-1, -1, -1, -1}, {0, 0, 0, 0}, {40}, {10, 10, 10, 10}, {}};
-  GradientSources layer{
-      {0, 1, 2, 3}, {-1, -1, -1, -1}, {}, {10, 10, 10, 10}, {true, true, false, false}};
+  GradientSources cat{{-1, -1, -1, -1}, {0, 0, 0, 0}, {40}, {10, 10, 10, 10}, {}, {}};
+  GradientSources layer{{0, 1, 2, 3},     {-1, -1, -1, -1},           {},
+                        {10, 10, 10, 10}, {true, true, false, false}, {}};
   HeldGradients held = heldGradients({layer, cat}, {100});
   EXPECT_EQ(held.wd, (std::vector<int64_t>{40 + 10 + 10, 40}));
   EXPECT_EQ(held.handed, (std::vector<int64_t>{0, 40, 0}));
   // Handed a gradient of its own (the chain's output gradient, 40 bytes), the same B adds into
   // it in place, as measured.
-  GradientSources whole{{0}, {-1}, {}, {40}, {true}};
+  GradientSources whole{{0}, {-1}, {}, {40}, {true}, {}};
   held = heldGradients({whole}, {40});
   EXPECT_EQ(held.wd, (std::vector<int64_t>{40}));
   EXPECT_EQ(held.handed, (std::vector<int64_t>{0, 40}));
