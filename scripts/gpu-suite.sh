@@ -21,7 +21,9 @@
 # The steps, in order of value: build (scripts/bench.sh gpu-build: the build and the CUDA checks);
 # families-bfloat16 (every model family bit for bit at its smallest limit under bfloat16 autocast,
 # within it: test/cuda/check_families.py); families (float32); families-float16 (under float16
-# autocast; not in the dry run: 1.13's CPU autocast has no float16); trace-densenet (where
+# autocast; not in the dry run: 1.13's CPU autocast has no float16); fuzz (the differential
+# fuzzer's first seeds on the device, float32 and autocast to bfloat16 and float16:
+# test/fuzz/fuzz.py --device); trace-densenet (where
 # DenseNet-121's float32 step peaks at its smallest limit, block by block: test/cuda/trace_peak.py);
 # host-overhead (jitckpt unconstrained against plain where the host bounds the step, with profiler
 # tables: bench/host_overhead.py); user-story (a Llama in bfloat16 at a batch that runs out of
@@ -77,7 +79,7 @@ if [ "$dry" = 1 ]; then
   [ -d "$build/python/jitckpt" ] || { echo "gpu-suite: no jitckpt in ${JITCKPT_BUILD_DIR:-build}/python: build first"; exit 1; }
   python=/usr/bin/python3 device=cpu seconds=100000
   export PYTHONPATH=$build/python
-  families=(--cpu-block 512 gpt_mask_input unet) host=(--rounds 1 resnet18:32:2) traced=()
+  families=(--cpu-block 512 gpt_mask_input unet) host=(--rounds 1 resnet18:32:2) traced=() fuzz=0:3
   story=(--capacity 4MiB --layers 2 --d 32 --heads 4 --kv-heads 2 --vocab 64 --sequence 32 --steps 2
     --memory-limit 0.5 --peers full --compile-budgets "")
   peers=(--models gpt --size test --rounds 1 --limits 0.5 --sac full --compile-budgets "")
@@ -86,7 +88,7 @@ if [ "$dry" = 1 ]; then
 else
   python=${PYTHON:-python3} device=cuda
   export CXX=${JITCKPT_CXX:-/usr/bin/g++} PYTHONPATH=$PWD/build-cuda/python
-  families=() host=(--rounds 3 resnet1001:224:2 densenet121:500:8) traced=(densenet121)
+  families=() host=(--rounds 3 resnet1001:224:2 densenet121:500:8) traced=(densenet121) fuzz=0:40
   story=(--seconds 20 --peers full,ops-half --compile-budgets "")
   peers=(--models gpt --size large --rounds 2 --no-pair --limits 0.5 --sac full,ops-half --compile-budgets 0.3)
   resnet=(--model resnet101 --image 1000 --batch 2 --runs 3 --paired-rounds 3 --limits 4 --segment-counts 5
@@ -101,6 +103,7 @@ step families 80 "$python" test/cuda/check_families.py --device "$device" \
   --out "$out/families.json" "${families[@]}"
 [ "$dry" = 1 ] || step families-float16 80 "$python" test/cuda/check_families.py --device "$device" \
   --autocast float16 --out "$out/families-float16.json" "${families[@]}"
+step fuzz 90 "$python" test/fuzz/fuzz.py --device "$device" --seeds "$fuzz"
 [ ${#traced[@]} -gt 0 ] && step trace-densenet 60 "$python" test/cuda/trace_peak.py "${traced[@]}"
 step host-overhead 170 "$python" bench/host_overhead.py --device "$device" \
   --profile "$out/profile" "${host[@]}"

@@ -1,11 +1,13 @@
 """One differential check: a random model (generate.py) trained with jitckpt against its unmodified
 twin. Takes a model spec and a Config (limit, example inputs or deferred planning, float32 or
-bfloat16 autocast, strategy or a random valid schedule); trains both for two AdamW steps of two
+autocast to bfloat16 or float16 (on the CPU where its autocast takes float16: 2.x), strategy or a
+random valid schedule), on the CPU or, with DEVICE, CUDA; trains both for two AdamW steps of two
 micro-batches with gradient clipping; returns an Outcome: "exact" (outputs, every .grad, parameter
 and buffer bit for bit, and the measured step peak within the limit), "fail" (with what differed),
 or why the model was not compared ("nondeterministic", "unsupported", "refused"), or "shared-cast"
 (under autocast, a weight that several stages cast: last bits differ by design,
 docs/supported.md)."""
+import contextlib
 import copy
 import os
 import sys
@@ -23,6 +25,7 @@ import generate
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models"))
 from families import tensors_of  # noqa: E402
 
+DEVICE = "cpu"  # or "cuda" (fuzz.py --device): models, inputs and autocast there
 STEPS = 2
 MICRO_BATCHES = 2
 RECHECKS = 4  # more runs of the reference before a difference is called a failure
@@ -38,7 +41,8 @@ STRATEGIES = ["optimal", "optimal", "periodic", "revolve", "given", "given"]
 class Config:
     limit: str = "min"  # "none", "min", "between" (bytes drawn between the smallest and the peak)
     deferred: bool = False  # no example inputs: planned at the first training call
-    autocast: bool = False  # forward under torch.autocast("cpu", torch.bfloat16)
+    autocast: bool = False  # forward under torch.autocast(DEVICE, autocast_dtype)
+    autocast_dtype: str = "bfloat16"  # or "float16"
     strategy: str = "optimal"  # or "periodic", "revolve", "given" (a random valid schedule)
     seed: int = 0  # draws the limit and the schedule
     cuts: str = "cheapest"  # or "every": the partition's finer stages
@@ -47,10 +51,56 @@ class Config:
     peak_slack: Optional[Tuple[float, int]] = None
 
 
+def cpu_autocast_casts_to(dtype: torch.dtype) -> bool:
+    """1.13's CPU autocast takes bfloat16 only; 2.x's takes float16 too."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            with torch.autocast("cpu", dtype=dtype):
+                return torch.nn.functional.linear(torch.ones(1, 1), torch.ones(1, 1)).dtype == dtype
+        except RuntimeError:  # "AutocastCPU only support Bfloat16"
+            return False
+
+
+FLOAT16_AUTOCAST = cpu_autocast_casts_to(torch.float16)
+
+
 def draw_config(rng: random.Random) -> Config:
-    return Config(limit=rng.choice(LIMITS), deferred=rng.random() < 0.35, autocast=rng.random() < 0.4,
-                  strategy=rng.choice(STRATEGIES), seed=rng.randrange(1 << 30),
-                  cuts="every" if rng.random() < 0.3 else "cheapest")
+    config = Config(limit=rng.choice(LIMITS), deferred=rng.random() < 0.35, autocast=rng.random() < 0.4,
+                    strategy=rng.choice(STRATEGIES), seed=rng.randrange(1 << 30),
+                    cuts="every" if rng.random() < 0.3 else "cheapest")
+    if config.autocast and (DEVICE == "cuda" or FLOAT16_AUTOCAST) and rng.random() < 0.5:
+        config.autocast_dtype = "float16"
+    return config
+
+
+def autocast_to(config: Config) -> Optional[torch.dtype]:
+    """The dtype the config's forward autocasts to; None: no autocast."""
+    return getattr(torch, config.autocast_dtype) if config.autocast else None
+
+
+def autocast_on_device(dtype: Optional[torch.dtype]):
+    return torch.autocast(DEVICE, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+
+
+class _Peak:
+    peak = 0
+
+
+@contextlib.contextmanager
+def peak_memory():
+    """Bytes allocated at the peak of the block above what was allocated before it, on DEVICE."""
+    if DEVICE == "cpu":
+        with jitckpt.cpu_memory() as memory:
+            yield memory
+        return
+    result = _Peak()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    yield result
+    torch.cuda.synchronize()
+    result.peak = torch.cuda.max_memory_allocated() - base
 
 
 @dataclasses.dataclass
@@ -69,9 +119,9 @@ REFUSALS = ("smallest limit", "does not fit", "above the memory limit", "no sche
 def loss_of(output: Any) -> torch.Tensor:
     """(output * fixed weights).sum() over the floating outputs."""
     generator = torch.Generator().manual_seed(11)
-    terms = [(t.float() * torch.randn(t.shape, generator=generator)).sum()
+    terms = [(t.float() * torch.randn(t.shape, generator=generator).to(t.device)).sum()
              for t in tensors_of(output) if t.is_floating_point() and t.requires_grad]
-    return sum(terms) if terms else torch.zeros((), requires_grad=True)
+    return sum(terms) if terms else torch.zeros((), requires_grad=True, device=DEVICE)
 
 
 def same_bits(a: Optional[torch.Tensor], b: Optional[torch.Tensor]) -> bool:
@@ -88,7 +138,7 @@ def same_bits(a: Optional[torch.Tensor], b: Optional[torch.Tensor]) -> bool:
 Record = Tuple[List[torch.Tensor], Dict[str, Optional[torch.Tensor]], Dict[str, torch.Tensor]]
 
 
-def train(model: torch.nn.Module, batches: List[Tuple], autocast: bool) -> List[Record]:
+def train(model: torch.nn.Module, batches: List[Tuple], autocast: Optional[torch.dtype]) -> List[Record]:
     """STEPS AdamW steps of MICRO_BATCHES each with clipping: outputs, gradients (after clipping),
     then parameters and buffers after each step."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -99,7 +149,7 @@ def train(model: torch.nn.Module, batches: List[Tuple], autocast: bool) -> List[
         for micro in range(MICRO_BATCHES):
             torch.manual_seed(100 * step + micro)  # dropout
             with torch.jit.optimized_execution(False):
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                with autocast_on_device(autocast):
                     output = model(*batches[step * MICRO_BATCHES + micro])
                     loss = loss_of(output) / MICRO_BATCHES
                 loss.backward()
@@ -158,7 +208,7 @@ def random_schedule(stages: int, rng: random.Random) -> str:
 def _checkpoint(script, example, config: Config, rng: random.Random) -> torch.jit.ScriptModule:
     """The model rewritten for `config`; under autocast when the config trains under it, as the
     profile must see the casts."""
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.autocast), warnings.catch_warnings():
+    with autocast_on_device(autocast_to(config)), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # deferred planning, replans
         options: Dict[str, Any] = dict(profile_repeats=1, cuts=config.cuts)
         limit: Any = {"none": None, "min": "min"}.get(config.limit)
@@ -179,26 +229,26 @@ def _checkpoint(script, example, config: Config, rng: random.Random) -> torch.ji
         return jitckpt.checkpoint(script(), example, memory_limit=limit, **options)
 
 
-def step_peak(model, batch, autocast: bool) -> Tuple[int, int]:
+def step_peak(model, batch, autocast: Optional[torch.dtype]) -> Tuple[int, int]:
     """The measured step peak, and what the loss itself held above the model's output and its
     gradient (loss_memory): memory of the caller's, which no plan of the model counts."""
     model.zero_grad(set_to_none=True)
-    with torch.jit.optimized_execution(False), jitckpt.cpu_memory() as memory:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+    with torch.jit.optimized_execution(False), peak_memory() as memory:
+        with autocast_on_device(autocast):
             output = model(*batch)
             loss = loss_of(output)
         loss.backward()
     return memory.peak, loss_memory(output, autocast)
 
 
-def loss_memory(output: Any, autocast: bool) -> int:
+def loss_memory(output: Any, autocast: Optional[torch.dtype]) -> int:
     """The peak of loss_of and its backward on stand-ins for `output`, less the stand-ins'
     gradients (the plan counts the output's): under autocast, a float32 copy of each output, the
     fixed weights and the products, several times the output's size."""
     leaves = [t.detach().requires_grad_() for t in tensors_of(output)
               if t.is_floating_point() and t.requires_grad]
-    with jitckpt.cpu_memory() as memory:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+    with peak_memory() as memory:
+        with autocast_on_device(autocast):
             loss = loss_of(leaves)
         loss.backward()
     return max(0, memory.peak - sum(t.numel() * t.element_size() for t in leaves))
@@ -207,18 +257,19 @@ def loss_memory(output: Any, autocast: bool) -> int:
 def check(spec: generate.Spec, config: Config, directory: str) -> Outcome:
     module = generate.load(spec, directory)
     torch.manual_seed(config.seed)
-    eager = module.Model().train()
-    generator = torch.Generator().manual_seed(config.seed)
-    batches = [module.make_inputs(generator) for _ in range(STEPS * MICRO_BATCHES)]
+    eager = module.Model().train().to(DEVICE)
+    generator = torch.Generator().manual_seed(config.seed)  # on the CPU: the same inputs on every device
+    batches = [tuple(t.to(DEVICE) for t in module.make_inputs(generator))
+               for _ in range(STEPS * MICRO_BATCHES)]
 
     def script() -> torch.jit.ScriptModule:  # copies of the eager module: 1.13's copies of scripted ones are not leaves
         return torch.jit.script(copy.deepcopy(eager))
 
     try:
-        reference = train(script(), batches, config.autocast)
+        reference = train(script(), batches, autocast_to(config))
     except RuntimeError as e:
         return Outcome("unsupported", f"the unmodified model does not train: {str(e).strip().splitlines()[-1]}")
-    twice = difference(reference, train(script(), batches, config.autocast))
+    twice = difference(reference, train(script(), batches, autocast_to(config)))
     if twice is not None:
         return Outcome("nondeterministic", twice)
     rng = random.Random(config.seed)
@@ -226,7 +277,7 @@ def check(spec: generate.Spec, config: Config, directory: str) -> Outcome:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             model = _checkpoint(script, None if config.deferred else batches[0], config, rng)
-            ours = train(model, batches, config.autocast)
+            ours = train(model, batches, autocast_to(config))
     except RuntimeError as e:
         text = str(e).strip()
         if any(r in text for r in REFUSALS):
@@ -245,12 +296,12 @@ def check(spec: generate.Spec, config: Config, directory: str) -> Outcome:
         # Two equal runs do not prove a reference deterministic (2.6's oneDNN kernels differ now
         # and then): a difference counts only where more runs of the reference all agree.
         for _ in range(RECHECKS):
-            again = difference(reference, train(script(), batches, config.autocast))
+            again = difference(reference, train(script(), batches, autocast_to(config)))
             if again is not None:
                 return Outcome("nondeterministic", f"{again} (found rechecking: {what})", stages)
         return Outcome("fail", what, stages)
     if info.get("memory_limit") is not None and config.strategy != "given":
-        peak, loss_bytes = step_peak(model, batches[0], config.autocast)
+        peak, loss_bytes = step_peak(model, batches[0], autocast_to(config))
         factor, extra = config.peak_slack or PEAK_SLACK
         if peak > info["memory_limit"] * factor + extra + loss_bytes:
             return Outcome("fail", f"step peak {peak} bytes over the limit {info['memory_limit']} "
