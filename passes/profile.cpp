@@ -112,6 +112,10 @@ UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inpu
   return run;
 }
 
+int64_t madeBytes(const GradientSources& sources) {
+  return std::accumulate(sources.made_bytes.begin(), sources.made_bytes.end(), int64_t{0});
+}
+
 // B(l) measured again, on ones laid out as the whole schedule handed it its gradients, where
 // measureMemory did not measure it so (stages 1..L-1: B(L) is handed ones in both); ob[l] the
 // larger. The stages' inputs come from a forward without grad, as the profile's own.
@@ -133,10 +137,16 @@ void measureOnHandedLayouts(StageRunner& runner, const ChainArguments& arguments
     if (again[l]) {
       RecordedStage recorded = runner.recordedForward(l, current);
       Tensors deltas = onesLaidOut(handed[l], recorded.outputs);
-      StageProfile unused;
+      StageProfile remeasured;
       const int64_t ob =
-          measureBackward(runner, l, std::move(recorded), std::move(deltas), probe, unused);
+          measureBackward(runner, l, std::move(recorded), std::move(deltas), probe, remeasured);
       c.ob[l] = std::max(c.ob[l], ob);
+      // Laid out otherwise, B may copy what it handed on before (a reshape's backward of a
+      // permuted gradient): the sources of the run that made more of delta^{l-1}, where the
+      // layouts are dense (ones laid out as a slice would each stand on a storage of their own).
+      GradientSources& sources = profile.stages[l - 1].input_grad_sources;
+      if (allDense(handed[l]) && madeBytes(remeasured.input_grad_sources) > madeBytes(sources))
+        sources = remeasured.input_grad_sources;
     }
     if (l < last) current = runner.forward(l, current);
   }
@@ -198,6 +208,16 @@ std::vector<int64_t> outputGradientBytes(const Tensors& chain_outputs) {
   return bytes;
 }
 
+// wd as a step holds each delta: a gradient handed on keeps the storage it lies in.
+void setHeldGradients(const ChainProfile& profile, const Tensors& chain_outputs, solver::Costs& c) {
+  std::vector<GradientSources> sources;
+  for (const auto& s : profile.stages) sources.push_back(s.input_grad_sources);
+  const HeldGradients held = heldGradients(sources, outputGradientBytes(chain_outputs));
+  std::copy(held.wd.begin(), held.wd.end(), c.wd.begin());
+  c.wd_handed = held.handed;
+  c.wd_handed.push_back(0);  // the terminal stage
+}
+
 void appendTerminalStage(solver::Costs& c, const Tensors& chain_outputs) {
   const auto output_grad_bytes = outputGradientBytes(chain_outputs);
   c.wd.back() = std::accumulate(output_grad_bytes.begin(), output_grad_bytes.end(), int64_t{0});
@@ -254,13 +274,7 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   }
   c.spans = spans.spans();
   appendTerminalStage(c, current);
-  // wd as a step holds each delta: a gradient handed on keeps the storage it lies in.
-  std::vector<GradientSources> sources;
-  for (const auto& s : profile.stages) sources.push_back(s.input_grad_sources);
-  const HeldGradients held = heldGradients(sources, outputGradientBytes(current));
-  std::copy(held.wd.begin(), held.wd.end(), c.wd.begin());
-  c.wd_handed = held.handed;
-  c.wd_handed.push_back(0);  // the terminal stage
+  setHeldGradients(profile, current, c);
   const LiftedGradientBytes lifted_gradients = liftedGradientBytes(profile.stages);
   c.wg = lifted_gradients.made;
   profile.labels.push_back("loss");
@@ -305,6 +319,7 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
       if (any) measureOnHandedLayouts(runner, arguments, handed, output_layouts, *probe, profile);
     }
   }
+  setHeldGradients(profile, current, c);  // with the sources measured on handed layouts
   // Where B(l) and a later B that made a gradient it adds to run in one engine call (a group),
   // autograd adds the two in the tensor's InputBuffer, in place only where it holds the first
   // one's storage alone, and that one is often a view whose base holds it too (a weight's

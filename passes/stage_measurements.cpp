@@ -4,6 +4,7 @@
 #include <ATen/Functions.h>
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 #include <utility>
 
@@ -66,6 +67,23 @@ bool measuredOn(const GradientLayouts& handed, const GradientLayouts& outputs) {
   return true;
 }
 
+namespace {
+int64_t extentOf(const GradientLayout& layout) {
+  int64_t extent = 1;
+  for (size_t d = 0; d < layout.sizes.size(); ++d)
+    extent += (layout.sizes[d] - 1) * layout.strides[d];
+  return extent;
+}
+}  // namespace
+
+bool allDense(const GradientLayouts& layouts) {
+  return std::all_of(layouts.begin(), layouts.end(), [](const GradientLayout& layout) {
+    const int64_t numel = std::accumulate(layout.sizes.begin(), layout.sizes.end(), int64_t{1},
+                                          std::multiplies<int64_t>());
+    return !layout.defined || numel == 0 || extentOf(layout) == numel;
+  });
+}
+
 // One storage that each layout's largest offset fits in.
 Tensors onesLaidOut(const GradientLayouts& handed, const Tensors& outputs) {
   Tensors out = onesFor(outputs);
@@ -73,9 +91,7 @@ Tensors onesLaidOut(const GradientLayouts& handed, const Tensors& outputs) {
     const GradientLayout& h = handed[i];
     if (!out[i].defined() || !h.defined || h.sizes != out[i].sizes().vec() || out[i].numel() == 0)
       continue;
-    int64_t extent = 1;
-    for (size_t d = 0; d < h.sizes.size(); ++d) extent += (h.sizes[d] - 1) * h.strides[d];
-    out[i] = at::ones({extent}, out[i].options()).as_strided(h.sizes, h.strides);
+    out[i] = at::ones({extentOf(h)}, out[i].options()).as_strided(h.sizes, h.strides);
   }
   return out;
 }

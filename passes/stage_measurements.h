@@ -23,6 +23,9 @@ GradientLayouts layoutsOf(const Tensors& tensors);
 // `handed`: it hands B ones laid out as a^l, and contiguous ones too where a^l is not.
 bool measuredOn(const GradientLayouts& handed, const GradientLayouts& outputs);
 
+// Whether each layout fills its extent (a permutation of dimensions, not a slice or a broadcast).
+bool allDense(const GradientLayouts& layouts);
+
 // Ones for `outputs` laid out as `handed` (zero strides and gaps included).
 Tensors onesLaidOut(const GradientLayouts& handed, const Tensors& outputs);
 
