@@ -23,7 +23,7 @@ import jitckpt
 import generate
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models"))
-from families import tensors_of  # noqa: E402
+from families import cpu_autocast_casts_to, tensors_of  # noqa: E402
 
 DEVICE = "cpu"  # or "cuda" (fuzz.py --device): models, inputs and autocast there
 STEPS = 2
@@ -49,17 +49,6 @@ class Config:
     # The step peak's slack over the limit, (factor, bytes); None: PEAK_SLACK. A regression of a
     # peak over the limit replays at the slack that found it.
     peak_slack: Optional[Tuple[float, int]] = None
-
-
-def cpu_autocast_casts_to(dtype: torch.dtype) -> bool:
-    """1.13's CPU autocast takes bfloat16 only; 2.x's takes float16 too."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            with torch.autocast("cpu", dtype=dtype):
-                return torch.nn.functional.linear(torch.ones(1, 1), torch.ones(1, 1)).dtype == dtype
-        except RuntimeError:  # "AutocastCPU only support Bfloat16"
-            return False
 
 
 FLOAT16_AUTOCAST = cpu_autocast_casts_to(torch.float16)

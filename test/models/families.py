@@ -38,6 +38,17 @@ from torch import Tensor, nn
 SIZES = ("test", "bench", "large")
 
 
+def cpu_autocast_casts_to(dtype: torch.dtype) -> bool:
+    """1.13's CPU autocast takes bfloat16 only; 2.x's takes float16 too."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            with torch.autocast("cpu", dtype=dtype):
+                return torch.nn.functional.linear(torch.ones(1, 1), torch.ones(1, 1)).dtype == dtype
+        except RuntimeError:  # "AutocastCPU only support Bfloat16"
+            return False
+
+
 def tensors_of(output: Any) -> List[Tensor]:
     """Every tensor of a forward's output, in a fixed order (dicts by key)."""
     if isinstance(output, Tensor):

@@ -19,20 +19,7 @@ import families
 from test_model_families import assert_same_training
 
 DTYPE = torch.bfloat16
-
-
-def cpu_autocast_casts_to(dtype: torch.dtype) -> bool:
-    """1.13's CPU autocast takes bfloat16 only; 2.x's takes float16 too."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            with torch.autocast("cpu", dtype=dtype):
-                return torch.nn.functional.linear(torch.ones(1, 1), torch.ones(1, 1)).dtype == dtype
-        except RuntimeError:  # "AutocastCPU only support Bfloat16"
-            return False
-
-
-AUTOCAST_DTYPES = [d for d in (torch.bfloat16, torch.float16) if cpu_autocast_casts_to(d)]
+AUTOCAST_DTYPES = [d for d in (torch.bfloat16, torch.float16) if families.cpu_autocast_casts_to(d)]
 
 
 def autocast(dtype: Optional[torch.dtype] = DTYPE):
