@@ -112,10 +112,6 @@ UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inpu
   return run;
 }
 
-int64_t madeBytes(const GradientSources& sources) {
-  return std::accumulate(sources.made_bytes.begin(), sources.made_bytes.end(), int64_t{0});
-}
-
 // B(l) measured again, on ones laid out as the whole schedule handed it its gradients, where
 // measureMemory did not measure it so (stages 1..L-1: B(L) is handed ones in both); ob[l] the
 // larger. The stages' inputs come from a forward without grad, as the profile's own.

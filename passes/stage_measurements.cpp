@@ -110,8 +110,7 @@ int64_t measureBackward(StageRunner& runner, int l, RecordedStage recorded, Tens
   for (const auto& [position, gradient] : gradients.lifted) {
     s.lifted_gradients.emplace_back(runner.firstPosition(position), storageBytes({gradient}));
   }
-  const auto& made = s.input_grad_sources.made_bytes;
-  return std::max<int64_t>(0, peak - std::accumulate(made.begin(), made.end(), int64_t{0}));
+  return std::max<int64_t>(0, peak - madeBytes(s.input_grad_sources));
 }
 
 // Deterministic: measured once.

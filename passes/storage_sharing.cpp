@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <numeric>
 #include <unordered_set>
 
 #include "runtime/probes/memory_probe.h"
@@ -81,10 +82,8 @@ HandedGradients::HandedGradients(const Tensors& output_grads) {
     const bool held = t.defined() && t.has_storage();
     keys_.push_back(held ? t.storage().unsafeGetStorageImpl() : nullptr);
     versions_.push_back(versionOf(t));
-    tensors_.emplace_back(
-        t.defined()
-            ? c10::weak_intrusive_ptr<c10::TensorImpl>(t.getIntrusivePtr())
-            : c10::weak_intrusive_ptr<c10::TensorImpl>(c10::intrusive_ptr<c10::TensorImpl>()));
+    tensor_keys_.push_back(t.defined() ? t.unsafeGetTensorImpl() : nullptr);
+    if (t.defined()) tensors_.emplace_back(t.getIntrusivePtr());
     if (held) storages_.push_back(t.storage().getWeakStorageImpl());
   }
 }
@@ -110,8 +109,7 @@ GradientSources HandedGradients::sourcesOf(const Tensors& input_grads) const {
     // view or detached alias of it); one that does not reads as written, the safe side.
     sources.written.push_back(from >= 0 && versionOf(t) != versions_[static_cast<size_t>(from)]);
     const bool same_tensor =
-        from >= 0 &&
-        t.unsafeGetTensorImpl() == tensors_[static_cast<size_t>(from)]._unsafe_get_target();
+        from >= 0 && t.unsafeGetTensorImpl() == tensor_keys_[static_cast<size_t>(from)];
     sources.view.push_back(from >= 0 ? !same_tensor : t.defined() && t.is_view());
     sources.made.push_back(index);
     sources.own_bytes.push_back(
@@ -120,6 +118,10 @@ GradientSources HandedGradients::sourcesOf(const Tensors& input_grads) const {
             : 0);
   }
   return sources;
+}
+
+int64_t madeBytes(const GradientSources& sources) {
+  return std::accumulate(sources.made_bytes.begin(), sources.made_bytes.end(), int64_t{0});
 }
 
 namespace {

@@ -61,6 +61,9 @@ struct GradientSources {
   std::vector<bool> view;
 };
 
+// The bytes of the storages B made.
+int64_t madeBytes(const GradientSources& sources);
+
 // Remembers the storages of the gradients handed to a B, weakly: B still frees each once read,
 // and no storage made meanwhile can take its place.
 class HandedGradients {
@@ -72,8 +75,8 @@ class HandedGradients {
   std::vector<const void*> keys_;  // per output gradient: its storage, or null
   std::vector<int64_t> versions_;  // per output gradient: its version when handed
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> storages_;  // keeps each key unique
-  // Per output gradient: the tensor itself, weakly (its address stays unique), or null.
-  std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> tensors_;
+  std::vector<const void*> tensor_keys_;  // per output gradient: the tensor itself, or null
+  std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> tensors_;  // keeps each one unique
 };
 
 // The gradients as a step holds them, from each stage's sources (stages[l-1] for stage l),
