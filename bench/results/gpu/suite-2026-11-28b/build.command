@@ -1,0 +1,1 @@
+./scripts/bench.sh gpu-build 

@@ -1,0 +1,1 @@
+python3 test/fuzz/fuzz.py --device cuda --seeds 0:40 

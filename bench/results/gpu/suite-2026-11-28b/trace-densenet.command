@@ -1,0 +1,1 @@
+python3 test/cuda/trace_peak.py densenet121 
