@@ -114,11 +114,14 @@ UnconstrainedRun runUnconstrained(StageRunner& runner, const Tensors& chain_inpu
 
 // B(l) measured again, on ones laid out as the whole schedule handed it its gradients, where
 // measureMemory did not measure it so (stages 1..L-1: B(L) is handed ones in both); ob[l] the
-// larger. The stages' inputs come from a forward without grad, as the profile's own.
+// larger. The stages' inputs come from a forward without grad, as the profile's own. `made`
+// (optional, L + 1 entries): made[l-1] gets the layouts of the gradients each B(l) measured again
+// made, which is what B(l-1) is handed.
 void measureOnHandedLayouts(StageRunner& runner, const ChainArguments& arguments,
                             const std::vector<GradientLayouts>& handed,
                             const std::vector<GradientLayouts>& output_layouts,
-                            probes::MemoryProbe& probe, ChainProfile& profile) {
+                            probes::MemoryProbe& probe, ChainProfile& profile,
+                            std::vector<GradientLayouts>* made = nullptr) {
   std::vector<bool> again(handed.size(), false);  // B(l) to measure again
   int last = 0;
   for (int l = 1; l + 1 < static_cast<int>(handed.size()); ++l) {
@@ -137,6 +140,7 @@ void measureOnHandedLayouts(StageRunner& runner, const ChainArguments& arguments
       const int64_t ob =
           measureBackward(runner, l, std::move(recorded), std::move(deltas), probe, remeasured);
       c.ob[l] = std::max(c.ob[l], ob);
+      if (made) (*made)[l - 1] = remeasured.input_grad_layouts.at(0);
       // Laid out otherwise, B may copy what it handed on before (a reshape's backward of a
       // permuted gradient): the sources of the run that made more of delta^{l-1}, where the
       // layouts are dense (ones laid out as a slice would each stand on a storage of their own).
@@ -145,6 +149,28 @@ void measureOnHandedLayouts(StageRunner& runner, const ChainArguments& arguments
         sources = remeasured.input_grad_sources;
     }
     if (l < last) current = runner.forward(l, current);
+  }
+}
+
+// Without a whole run, a layout B(l+1) makes when handed ones laid out as a^{l+1} stands for
+// what the step hands B(l); but B(l+1) is itself handed other layouts (a channels-last gradient
+// through an elementwise stage). Each pass measures again the B whose handed layouts the B above,
+// measured on its own handed layouts, makes otherwise, down the chain until none change.
+void handOnLayouts(StageRunner& runner, const ChainArguments& arguments,
+                   std::vector<GradientLayouts> handed,
+                   const std::vector<GradientLayouts>& output_layouts, probes::MemoryProbe& probe,
+                   ChainProfile& profile) {
+  const size_t size = handed.size();
+  for (size_t pass = 0; pass < size; ++pass) {
+    std::vector<GradientLayouts> made(size);
+    measureOnHandedLayouts(runner, arguments, handed, output_layouts, probe, profile, &made);
+    bool changed = false;
+    for (size_t l = 1; l + 1 < size; ++l) {
+      const bool differs = !made[l].empty() && !sameLayouts(made[l], handed[l]);
+      handed[l] = differs ? std::move(made[l]) : GradientLayouts{};
+      changed = changed || differs;
+    }
+    if (!changed) return;
   }
 }
 
@@ -312,7 +338,7 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
         handed[l] = variant < made.size() ? made[variant] : GradientLayouts{};
         any = any || variant < made.size();
       }
-      if (any) measureOnHandedLayouts(runner, arguments, handed, output_layouts, *probe, profile);
+      if (any) handOnLayouts(runner, arguments, handed, output_layouts, *probe, profile);
     }
   }
   setHeldGradients(profile, current, c);  // with the sources measured on handed layouts

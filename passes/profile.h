@@ -95,6 +95,10 @@ struct GradientLayout {
   bool defined = false;
   std::vector<int64_t> sizes, strides;
   bool contiguous = false;
+  // The earlier output handed this very gradient (-1: none): a B above that passes one gradient
+  // on to several of its inputs (an add's) hands B(l) one tensor for several outputs, which is
+  // freed only once B has read it for all of them.
+  int same_as = -1;
 };
 using GradientLayouts = std::vector<GradientLayout>;  // one per output of a stage
 

@@ -47,11 +47,26 @@ Tensors onesFor(const Tensors& outputs) {
   return out;
 }
 
+namespace {
+bool sameTensor(const at::Tensor& a, const at::Tensor& b) {
+  return a.defined() && b.defined() && a.is_alias_of(b) &&
+         a.storage_offset() == b.storage_offset() && a.sizes() == b.sizes() &&
+         a.strides() == b.strides();
+}
+}  // namespace
+
 GradientLayouts layoutsOf(const Tensors& tensors) {
   GradientLayouts out;
-  for (const auto& t : tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
     GradientLayout layout;
     if (t.defined()) layout = {true, t.sizes().vec(), t.strides().vec(), t.is_contiguous()};
+    for (size_t j = 0; j < i && layout.defined; ++j) {
+      if (out[j].same_as < 0 && sameTensor(tensors[j], t)) {
+        layout.same_as = static_cast<int>(j);
+        break;
+      }
+    }
     out.push_back(std::move(layout));
   }
   return out;
@@ -59,12 +74,24 @@ GradientLayouts layoutsOf(const Tensors& tensors) {
 
 bool measuredOn(const GradientLayouts& handed, const GradientLayouts& outputs) {
   if (handed.size() != outputs.size()) return true;  // not comparable: left as measured
+  // measureMemory hands each output ones of its own, each freed once read
+  for (const GradientLayout& h : handed) {
+    if (h.same_as >= 0) return false;
+  }
   for (size_t i = 0; i < handed.size(); ++i) {
     const GradientLayout& h = handed[i];
     if (!h.defined || !outputs[i].defined || h.sizes != outputs[i].sizes) continue;
     if (h.strides != outputs[i].strides && !h.contiguous) return false;
   }
   return true;
+}
+
+bool sameLayouts(const GradientLayouts& a, const GradientLayouts& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const GradientLayout& x, const GradientLayout& y) {
+                      return x.defined == y.defined && x.sizes == y.sizes &&
+                             x.strides == y.strides && x.same_as == y.same_as;
+                    });
 }
 
 namespace {
@@ -91,7 +118,10 @@ Tensors onesLaidOut(const GradientLayouts& handed, const Tensors& outputs) {
     const GradientLayout& h = handed[i];
     if (!out[i].defined() || !h.defined || h.sizes != out[i].sizes().vec() || out[i].numel() == 0)
       continue;
-    out[i] = at::ones({extentOf(h)}, out[i].options()).as_strided(h.sizes, h.strides);
+    if (h.same_as >= 0 && out[h.same_as].defined() && out[h.same_as].sizes() == out[i].sizes())
+      out[i] = out[h.same_as];
+    else
+      out[i] = at::ones({extentOf(h)}, out[i].options()).as_strided(h.sizes, h.strides);
   }
   return out;
 }

@@ -23,10 +23,14 @@ GradientLayouts layoutsOf(const Tensors& tensors);
 // `handed`: it hands B ones laid out as a^l, and contiguous ones too where a^l is not.
 bool measuredOn(const GradientLayouts& handed, const GradientLayouts& outputs);
 
+// Whether both describe the same gradients (sizes, strides, the tensor they share).
+bool sameLayouts(const GradientLayouts& a, const GradientLayouts& b);
+
 // Whether each layout fills its extent (a permutation of dimensions, not a slice or a broadcast).
 bool allDense(const GradientLayouts& layouts);
 
-// Ones for `outputs` laid out as `handed` (zero strides and gaps included).
+// Ones for `outputs` laid out as `handed` (zero strides and gaps included), one tensor for the
+// outputs handed one gradient.
 Tensors onesLaidOut(const GradientLayouts& handed, const Tensors& outputs);
 
 // B(l) on `recorded` with `deltas` (delta^l) moved in, as the executor hands them over (B frees
