@@ -157,9 +157,13 @@ bool addableInPlace(const HeldGradient& g, const HeldDelta& delta,
 }
 
 // Gradient i of delta^{l-1} from B(l)'s sources `s` and delta^l as a step holds it; a storage it
-// makes anew goes into bytes_of (B's own storages start at first_made).
+// makes anew goes into bytes_of (B's own storages start at first_made). Where B wrote into a
+// handed gradient that autograd cannot add into in place, the sum is a new tensor of the handed
+// gradient's size, and the gradients B hands on as views of it (a cat's slices) lie in that one
+// (`summed_anew`: per output gradient, its new storage).
 HeldGradient heldInputGradient(const GradientSources& s, size_t i, int first_made,
-                               const HeldDelta& delta, std::vector<int64_t>& bytes_of, size_t l) {
+                               const HeldDelta& delta, std::vector<int64_t>& bytes_of, size_t l,
+                               std::unordered_map<int, int>& summed_anew) {
   HeldGradient g;
   g.own = i < s.own_bytes.size() ? s.own_bytes[i] : 0;
   const bool view = i < s.view.size() && s.view[i];
@@ -177,6 +181,11 @@ HeldGradient heldInputGradient(const GradientSources& s, size_t i, int first_mad
   if (handed.storage >= 0 && (!written || addableInPlace(handed, delta, bytes_of))) {
     g.storage = handed.storage;
     g.view = view || handed.view;
+  } else if (handed.storage >= 0 && view) {  // a view of the sum, made out of place
+    auto [it, added] = summed_anew.emplace(from, static_cast<int>(bytes_of.size()));
+    if (added) bytes_of.push_back(std::max(handed.own, g.own));
+    g.storage = it->second;
+    g.view = true;
   } else if (g.own > 0) {  // none handed there, or added into out of place: B's own
     g.storage = static_cast<int>(bytes_of.size());
     bytes_of.push_back(g.own);
@@ -200,8 +209,9 @@ HeldGradients heldGradients(const std::vector<GradientSources>& stages,
     const int first_made = static_cast<int>(bytes_of.size());
     bytes_of.insert(bytes_of.end(), s.made_bytes.begin(), s.made_bytes.end());
     HeldDelta next;
+    std::unordered_map<int, int> summed_anew;
     for (size_t i = 0; i < s.handed_on_from.size(); ++i)
-      next.push_back(heldInputGradient(s, i, first_made, delta, bytes_of, l));
+      next.push_back(heldInputGradient(s, i, first_made, delta, bytes_of, l, summed_anew));
     held.wd[l - 1] = distinctBytes(next, bytes_of);
     held.handed[l] = distinctBytes(next, bytes_of, &delta);
     delta = std::move(next);

@@ -110,3 +110,15 @@ TEST(StorageSharing, ASliceWrittenInPlaceIsMadeAnewWhereOthersHoldItsStorage) {
   EXPECT_EQ(held.wd, (std::vector<int64_t>{40}));
   EXPECT_EQ(held.handed, (std::vector<int64_t>{0, 40}));
 }
+
+// A step hands stage 1 a slice of the cat's gradient (stage 2, 40 bytes, two slices of 20) for
+// its second output. B(1) adds a use of its own into it (in place in the profile, handed ones of
+// their own) and hands on a view of the sum (a cat of its own, sliced). Out of place in a step,
+// the sum is a new tensor of the slice's size, and the view B hands on holds all of it.
+TEST(StorageSharing, AViewOfASumMadeOutOfPlaceHoldsTheWholeSum) {
+  GradientSources cat{{-1, -1}, {0, 0}, {40}, {20, 20}, {}, {}};
+  GradientSources layer{{-1, 1}, {0, -1}, {12}, {12, 8}, {false, true}, {false, true}};
+  const HeldGradients held = heldGradients({layer, cat}, {40});
+  EXPECT_EQ(held.wd, (std::vector<int64_t>{12 + 20, 40}));
+  EXPECT_EQ(held.handed, (std::vector<int64_t>{0, 0, 0}));  // none shared from delta to delta
+}
