@@ -74,12 +74,9 @@ GradientLayouts layoutsOf(const Tensors& tensors) {
 
 bool measuredOn(const GradientLayouts& handed, const GradientLayouts& outputs) {
   if (handed.size() != outputs.size()) return true;  // not comparable: left as measured
-  // measureMemory hands each output ones of its own, each freed once read
-  for (const GradientLayout& h : handed) {
-    if (h.same_as >= 0) return false;
-  }
   for (size_t i = 0; i < handed.size(); ++i) {
     const GradientLayout& h = handed[i];
+    if (h.same_as >= 0) return false;  // measureMemory hands each output ones of its own
     if (!h.defined || !outputs[i].defined || h.sizes != outputs[i].sizes) continue;
     if (h.strides != outputs[i].strides && !h.contiguous) return false;
   }
