@@ -99,6 +99,12 @@ struct GradientLayout {
   // on to several of its inputs (an add's) hands B(l) one tensor for several outputs, which is
   // freed only once B has read it for all of them.
   int same_as = -1;
+  // Its storage: where it starts there (in elements), the storage's size, and the earlier output
+  // handed another view of it (-1: none). A slice of a gradient that the step hands on past B(l)
+  // (a skip's part of a cat's) keeps the whole storage held once B(l) has read its own slice.
+  int64_t offset = 0;
+  int64_t storage_elements = 0;
+  int shares_storage_with = -1;
 };
 using GradientLayouts = std::vector<GradientLayout>;  // one per output of a stage
 

@@ -60,35 +60,25 @@ GradientLayouts layoutsOf(const Tensors& tensors) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor& t = tensors[i];
     GradientLayout layout;
-    if (t.defined()) layout = {true, t.sizes().vec(), t.strides().vec(), t.is_contiguous()};
-    for (size_t j = 0; j < i && layout.defined; ++j) {
-      if (out[j].same_as < 0 && sameTensor(tensors[j], t)) {
-        layout.same_as = static_cast<int>(j);
+    if (t.defined()) {
+      layout = {true, t.sizes().vec(), t.strides().vec(), t.is_contiguous()};
+      layout.offset = t.storage_offset();
+      const auto item = static_cast<int64_t>(t.element_size());
+      layout.storage_elements = (static_cast<int64_t>(t.storage().nbytes()) + item - 1) / item;
+    }
+    for (size_t j = 0; j < i && layout.defined && layout.same_as < 0; ++j) {
+      if (out[j].same_as < 0 && sameTensor(tensors[j], t)) layout.same_as = static_cast<int>(j);
+    }
+    for (size_t j = 0; j < i && layout.defined && layout.same_as < 0; ++j) {
+      if (out[j].same_as < 0 && out[j].shares_storage_with < 0 && tensors[j].defined() &&
+          t.is_alias_of(tensors[j])) {
+        layout.shares_storage_with = static_cast<int>(j);
         break;
       }
     }
     out.push_back(std::move(layout));
   }
   return out;
-}
-
-bool measuredOn(const GradientLayouts& handed, const GradientLayouts& outputs) {
-  if (handed.size() != outputs.size()) return true;  // not comparable: left as measured
-  for (size_t i = 0; i < handed.size(); ++i) {
-    const GradientLayout& h = handed[i];
-    if (h.same_as >= 0) return false;  // measureMemory hands each output ones of its own
-    if (!h.defined || !outputs[i].defined || h.sizes != outputs[i].sizes) continue;
-    if (h.strides != outputs[i].strides && !h.contiguous) return false;
-  }
-  return true;
-}
-
-bool sameLayouts(const GradientLayouts& a, const GradientLayouts& b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
-                    [](const GradientLayout& x, const GradientLayout& y) {
-                      return x.defined == y.defined && x.sizes == y.sizes &&
-                             x.strides == y.strides && x.same_as == y.same_as;
-                    });
 }
 
 namespace {
@@ -98,27 +88,69 @@ int64_t extentOf(const GradientLayout& layout) {
     extent += (layout.sizes[d] - 1) * layout.strides[d];
   return extent;
 }
+int64_t numelOf(const GradientLayout& layout) {
+  return std::accumulate(layout.sizes.begin(), layout.sizes.end(), int64_t{1},
+                         std::multiplies<int64_t>());
+}
 }  // namespace
+
+bool measuredOn(const GradientLayouts& handed, const GradientLayouts& outputs) {
+  if (handed.size() != outputs.size()) return true;  // not comparable: left as measured
+  for (size_t i = 0; i < handed.size(); ++i) {
+    const GradientLayout& h = handed[i];
+    // measureMemory hands each output ones of its own, each filling its storage
+    if (h.same_as >= 0 || h.shares_storage_with >= 0) return false;
+    if (!h.defined || !outputs[i].defined || h.sizes != outputs[i].sizes) continue;
+    if (h.storage_elements > numelOf(h)) return false;
+    if (h.strides != outputs[i].strides && !h.contiguous) return false;
+  }
+  return true;
+}
+
+bool sameLayouts(const GradientLayouts& a, const GradientLayouts& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const GradientLayout& x, const GradientLayout& y) {
+                      return x.defined == y.defined && x.sizes == y.sizes &&
+                             x.strides == y.strides && x.same_as == y.same_as &&
+                             x.offset == y.offset && x.storage_elements == y.storage_elements &&
+                             x.shares_storage_with == y.shares_storage_with;
+                    });
+}
 
 bool allDense(const GradientLayouts& layouts) {
   return std::all_of(layouts.begin(), layouts.end(), [](const GradientLayout& layout) {
-    const int64_t numel = std::accumulate(layout.sizes.begin(), layout.sizes.end(), int64_t{1},
-                                          std::multiplies<int64_t>());
+    const int64_t numel = numelOf(layout);
     return !layout.defined || numel == 0 || extentOf(layout) == numel;
   });
 }
 
-// One storage that each layout's largest offset fits in.
+// Ones on storages laid out as the step's: one for the outputs handed views of one storage, as
+// large as it was; each gradient at its offset and strides (zero strides and gaps included).
 Tensors onesLaidOut(const GradientLayouts& handed, const Tensors& outputs) {
   Tensors out = onesFor(outputs);
-  for (size_t i = 0; i < out.size() && i < handed.size(); ++i) {
+  const size_t n = std::min(out.size(), handed.size());
+  auto laidOut = [&](size_t i) {
     const GradientLayout& h = handed[i];
-    if (!out[i].defined() || !h.defined || h.sizes != out[i].sizes().vec() || out[i].numel() == 0)
-      continue;
-    if (h.same_as >= 0 && out[h.same_as].defined() && out[h.same_as].sizes() == out[i].sizes())
+    return out[i].defined() && h.defined && h.sizes == out[i].sizes().vec() && out[i].numel() > 0;
+  };
+  std::vector<int64_t> elements(n, 0);  // per storage's first gradient: the storage's size
+  for (size_t i = 0; i < n; ++i) {
+    const GradientLayout& h = handed[i];
+    if (!laidOut(i) || h.same_as >= 0) continue;
+    const size_t first = h.shares_storage_with >= 0 ? h.shares_storage_with : i;
+    elements[first] = std::max({elements[first], h.offset + extentOf(h), h.storage_elements});
+  }
+  std::vector<at::Tensor> storages(n);
+  for (size_t i = 0; i < n; ++i) {
+    const GradientLayout& h = handed[i];
+    if (!laidOut(i)) continue;
+    if (h.same_as >= 0 && out[h.same_as].defined() && out[h.same_as].sizes() == out[i].sizes()) {
       out[i] = out[h.same_as];
-    else
-      out[i] = at::ones({extentOf(h)}, out[i].options()).as_strided(h.sizes, h.strides);
+      continue;
+    }
+    const size_t first = h.shares_storage_with >= 0 ? h.shares_storage_with : i;
+    if (!storages[first].defined()) storages[first] = at::ones({elements[first]}, out[i].options());
+    out[i] = storages[first].as_strided(h.sizes, h.strides, h.offset);
   }
   return out;
 }
