@@ -139,14 +139,18 @@ void measureOnHandedLayouts(StageRunner& runner, const ChainArguments& arguments
       StageProfile remeasured;
       const int64_t ob =
           measureBackward(runner, l, std::move(recorded), std::move(deltas), probe, remeasured);
-      c.ob[l] = std::max(c.ob[l], ob);
       if (made) (*made)[l - 1] = remeasured.input_grad_layouts.at(0);
-      // Laid out otherwise, B may copy what it handed on before (a reshape's backward of a
-      // permuted gradient): the sources of the run that made more of delta^{l-1}, where the
-      // layouts are dense (ones laid out as a slice would each stand on a storage of their own).
+      // Laid out otherwise, B may make what it handed on before (a reshape's backward copies a
+      // permuted gradient; autograd adds a use into a gradient out of place beside a slice): the
+      // sources of the run that made more of delta^{l-1}, and ob less what it makes beyond the
+      // runs before, whose peaks the plan then still covers.
       GradientSources& sources = profile.stages[l - 1].input_grad_sources;
-      if (allDense(handed[l]) && madeBytes(remeasured.input_grad_sources) > madeBytes(sources))
+      const int64_t more = madeBytes(remeasured.input_grad_sources) - madeBytes(sources);
+      if (more > 0) {
+        c.ob[l] = std::max<int64_t>(0, c.ob[l] - more);
         sources = remeasured.input_grad_sources;
+      }
+      c.ob[l] = std::max(c.ob[l], ob);
     }
     if (l < last) current = runner.forward(l, current);
   }

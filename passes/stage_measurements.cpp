@@ -117,13 +117,6 @@ bool sameLayouts(const GradientLayouts& a, const GradientLayouts& b) {
                     });
 }
 
-bool allDense(const GradientLayouts& layouts) {
-  return std::all_of(layouts.begin(), layouts.end(), [](const GradientLayout& layout) {
-    const int64_t numel = numelOf(layout);
-    return !layout.defined || numel == 0 || extentOf(layout) == numel;
-  });
-}
-
 // Ones on storages laid out as the step's: one for the outputs handed views of one storage, as
 // large as it was; each gradient at its offset and strides (zero strides and gaps included).
 Tensors onesLaidOut(const GradientLayouts& handed, const Tensors& outputs) {

@@ -26,9 +26,6 @@ bool measuredOn(const GradientLayouts& handed, const GradientLayouts& outputs);
 // Whether both describe the same gradients (sizes, strides, the tensor they share).
 bool sameLayouts(const GradientLayouts& a, const GradientLayouts& b);
 
-// Whether each layout fills its extent (a permutation of dimensions, not a slice or a broadcast).
-bool allDense(const GradientLayouts& layouts);
-
 // Ones for `outputs` laid out as `handed` (zero strides and gaps included), one tensor for the
 // outputs handed one gradient.
 Tensors onesLaidOut(const GradientLayouts& handed, const Tensors& outputs);

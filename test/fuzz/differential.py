@@ -54,11 +54,16 @@ class Config:
 FLOAT16_AUTOCAST = cpu_autocast_casts_to(torch.float16)
 
 
+def autocast_on_this_device(dtype: str) -> bool:
+    """Whether autocast on DEVICE takes `dtype` (the CPU's takes float16 from 2.x on)."""
+    return dtype != "float16" or DEVICE == "cuda" or FLOAT16_AUTOCAST
+
+
 def draw_config(rng: random.Random) -> Config:
     config = Config(limit=rng.choice(LIMITS), deferred=rng.random() < 0.35, autocast=rng.random() < 0.4,
                     strategy=rng.choice(STRATEGIES), seed=rng.randrange(1 << 30),
                     cuts="every" if rng.random() < 0.3 else "cheapest")
-    if config.autocast and (DEVICE == "cuda" or FLOAT16_AUTOCAST) and rng.random() < 0.5:
+    if config.autocast and autocast_on_this_device("float16") and rng.random() < 0.5:
         config.autocast_dtype = "float16"
     return config
 
