@@ -129,7 +129,7 @@ Tensors onesLaidOut(const GradientLayouts& handed, const Tensors& outputs) {
   std::vector<int64_t> elements(n, 0);  // per storage's first gradient: the storage's size
   for (size_t i = 0; i < n; ++i) {
     const GradientLayout& h = handed[i];
-    if (!laidOut(i) || h.same_as >= 0) continue;
+    if (!laidOut(i)) continue;
     const size_t first = h.shares_storage_with >= 0 ? h.shares_storage_with : i;
     elements[first] = std::max({elements[first], h.offset + extentOf(h), h.storage_elements});
   }

@@ -23,11 +23,12 @@ GradientLayouts layoutsOf(const Tensors& tensors);
 // `handed`: it hands B ones laid out as a^l, and contiguous ones too where a^l is not.
 bool measuredOn(const GradientLayouts& handed, const GradientLayouts& outputs);
 
-// Whether both describe the same gradients (sizes, strides, the tensor they share).
+// Whether both describe the same gradients (sizes, strides, the tensors and storages they share).
 bool sameLayouts(const GradientLayouts& a, const GradientLayouts& b);
 
-// Ones for `outputs` laid out as `handed` (zero strides and gaps included), one tensor for the
-// outputs handed one gradient.
+// Ones for `outputs` laid out as `handed` (zero strides and gaps included): one tensor for the
+// outputs handed one gradient, and one storage, as large as the step's, for those handed views
+// of one.
 Tensors onesLaidOut(const GradientLayouts& handed, const Tensors& outputs);
 
 // B(l) on `recorded` with `deltas` (delta^l) moved in, as the executor hands them over (B frees

@@ -82,6 +82,11 @@ TEST(HandedLayouts, ASliceHoldsItsWholeStorage) {
   EXPECT_EQ(ones[0].storage().nbytes(), whole.storage().nbytes());
   EXPECT_TRUE(ones[0].is_contiguous());
   EXPECT_TRUE(measuredOn(layoutsOf({torch::ones({2, 3})}), layoutsOf(outputs)));
+  // The same gradient as an output whose own is not laid out (another shape): ones of its own.
+  const torch::Tensor g = torch::ones({2, 3});
+  const auto options = torch::TensorOptions().requires_grad(true);
+  const Tensors other = {torch::zeros({3, 2}, options), torch::zeros({2, 3}, options)};
+  EXPECT_TRUE(onesLaidOut(layoutsOf({g, g}), other)[1].eq(1).all().item<bool>());
 }
 
 }  // namespace
