@@ -23,7 +23,7 @@ import jitckpt
 import generate
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models"))
-from families import cpu_autocast_casts_to, tensors_of  # noqa: E402
+from families import caller_held_bytes, cpu_autocast_casts_to, tensors_of  # noqa: E402
 
 DEVICE = "cpu"  # or "cuda" (fuzz.py --device): models, inputs and autocast there
 STEPS = 2
@@ -235,21 +235,6 @@ def step_peak(model, batch, autocast: Optional[torch.dtype]) -> Tuple[int, int]:
     return memory.peak, loss_memory(output, autocast)
 
 
-def input_bytes(batch) -> int:
-    """The bytes of the floating-point inputs in `batch`. The plan counts the chain's input as held
-    through the step (wa[0]), but the step finds it allocated before it starts, so that a peak
-    measured above what was live leaves it out: added back, the check does not pass by the
-    input's size. Token ids are left out: an embedding reads them, in the chain or before it. A
-    floating-point input that only the prologue reads (a projection before the chain) is not in
-    the plan's count, and adds its bytes to the check's: a few hundred on these models."""
-    seen, total = set(), 0
-    for t in batch:
-        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.data_ptr() not in seen:
-            seen.add(t.data_ptr())
-            total += t.numel() * t.element_size()
-    return total
-
-
 def loss_memory(output: Any, autocast: Optional[torch.dtype]) -> int:
     """The peak of loss_of and its backward on stand-ins for `output`, less the stand-ins'
     gradients (the plan counts the output's): under autocast, a float32 copy of each output, the
@@ -311,7 +296,7 @@ def check(spec: generate.Spec, config: Config, directory: str) -> Outcome:
         return Outcome("fail", what, stages)
     if info.get("memory_limit") is not None and config.strategy != "given":
         peak, loss_bytes = step_peak(model, batches[0], autocast_to(config))
-        peak += input_bytes(batches[0])
+        peak += caller_held_bytes(model, batches[0])  # counted in the limit, allocated before the step
         factor, extra = config.peak_slack or PEAK_SLACK
         if peak > info["memory_limit"] * factor + extra + loss_bytes:
             return Outcome("fail", f"step peak {peak} bytes over the limit {info['memory_limit']} "

@@ -60,6 +60,38 @@ def tensors_of(output: Any) -> List[Tensor]:
     return []
 
 
+# Ops whose output shares its input's storage: the chain may hold a view of an input.
+_VIEWS = {"aten::view", "aten::reshape", "aten::transpose", "aten::t", "aten::permute", "aten::unsqueeze",
+          "aten::squeeze", "aten::expand", "aten::select", "aten::slice", "aten::contiguous",
+          "aten::flatten", "aten::detach", "aten::alias"}
+
+
+def _storage(t: Tensor):
+    return t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+
+
+def caller_held_bytes(rewritten: torch.jit.ScriptModule, inputs: Tuple[Any, ...], block: int = 1) -> int:
+    """Bytes of the caller's input tensors that the chain of a rewritten module holds (its input
+    and side tensors: a mask, token ids the chain embeds), found in the forward graph: the inputs
+    of jitckpt::chain that are forward's arguments, or views of them. The limit counts them
+    (Costs::wa[0]), but a step finds them allocated before it starts, so that a peak measured
+    above what was live leaves them out: added back, a check does not pass by their size. Each
+    storage is rounded up to whole `block`s, as the allocator that counts the step rounds it."""
+    graph = rewritten.graph
+    arguments = [v.unique() for v in list(graph.inputs())[1:]]  # after self
+    chains = [n for n in graph.nodes() if n.kind() == "jitckpt::chain"]
+    assert len(chains) == 1, f"{len(chains)} jitckpt::chain nodes in forward"
+    held = {}
+    for listed in list(chains[0].inputs())[:2]:  # the chain inputs, the lifted tensors
+        for v in listed.node().inputs():
+            while v.node().kind() in _VIEWS:
+                v = next(iter(v.node().inputs()))
+            if v.unique() in arguments:
+                t = inputs[arguments.index(v.unique())]
+                held[_storage(t).data_ptr()] = -(-_storage(t).nbytes() // block) * block
+    return sum(held.values())
+
+
 def loss_of(output: Any) -> Tensor:
     """Sum over the output's floating tensors of mean(t^2)."""
     total = None

@@ -39,7 +39,7 @@ def test_peak_within_the_smallest_limit(name: str, dtype: Optional[torch.dtype])
         warnings.simplefilter("ignore")
         model = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit="min", profile_repeats=1)
     info = jitckpt.plan(model)
-    peak = step_peak(model, family.inputs, dtype)
+    peak = step_peak(model, family.inputs, dtype, BLOCK)
     # Beside the model, the step holds the loss and its gradient, two scalars of a block each, and
     # on PyTorch 2.x nn.TransformerEncoder's fused layers up to 5 KB more than the plan counts (not
     # found yet). Without the blocks counted, 13 of these went over by up to 20 KB.

@@ -51,9 +51,10 @@ def light_loss(output):
     return sum((t * torch.randn(t.shape, generator=generator).to(t.dtype)).sum() for t in outputs)
 
 
-def step_peak(model, inputs, dtype: torch.dtype = DTYPE) -> int:
+def step_peak(model, inputs, dtype: torch.dtype = DTYPE, block: int = 1) -> int:
     """Bytes one step allocates above what was live before it, after a warm-up step, with the
-    gradients freed before it (zero_grad(set_to_none=True))."""
+    gradients freed before it (zero_grad(set_to_none=True)), and the caller's inputs that the
+    chain holds (in `block`s, as the allocator counts the step)."""
     for seed in range(2):
         torch.manual_seed(seed)
         model.zero_grad(set_to_none=True)
@@ -64,7 +65,7 @@ def step_peak(model, inputs, dtype: torch.dtype = DTYPE) -> int:
                     value = light_loss(output)
                 value.backward()
         del output, value  # else the second step's count starts with the first's output, freed in it
-    return memory.peak
+    return memory.peak + families.caller_held_bytes(model, inputs, block)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -118,10 +118,11 @@ def test_measured_peak_within_limit(family, profiled, smallest):
     model.zero_grad(set_to_none=True)  # so that the step allocates every gradient it holds
     with jitckpt.cpu_memory() as memory:
         train_step(model, family, 1)
+    peak = memory.peak + families.caller_held_bytes(model, family.inputs)
     # The limit counts activations and the chain's and epilogue's parameter gradients; the step
     # also holds the loss, the small epilogue tensors and the prologue's gradients (embeddings).
-    assert memory.peak <= info["memory_limit"] * 1.10 + 64 * 1024, \
-        f"{family.name}: measured peak {memory.peak} bytes, limit {info['memory_limit']} " \
+    assert peak <= info["memory_limit"] * 1.10 + 64 * 1024, \
+        f"{family.name}: measured peak {peak} bytes, limit {info['memory_limit']} " \
         f"(predicted {info['predicted_peak']}, {info['num_stages']} stages)"
 
 
@@ -130,10 +131,12 @@ def test_measured_peak_within_limit_while_the_caller_keeps_the_output(family, at
     counts it (Costs::held_output), where it used to count it freed once the loss had read it: the
     LSTM and GRU stacks, whose per-token logits are their largest tensor, ran 11-22% above the
     limit. The loss here, (output * weights).sum(), makes nothing beside the output's gradient, so
-    what may be left over the limit is the loss and its gradient, two scalars, and on PyTorch 2.x
-    a few hundred bytes that nn.TransformerEncoder's fused layers hold beside what the plan counts
-    (not found yet). The side tensors made before the chain, a mask or positions, are counted with
-    the chain's input."""
+    what may be left over the limit is the loss and its gradient, two scalars; what the model
+    keeps outside the chain for its own backward (the positions that gpt_mask_builtin's position
+    embedding saves, 256 bytes; spectral_norm's head, about 200); and on PyTorch 2.x about 130
+    bytes that nn.Transformer's fused layers hold beside what the plan counts (not found yet).
+    The side tensors made before the chain, a mask or positions, are counted with the chain's
+    input, and the caller's tensors that the chain holds are added to the measured peak."""
     info = jitckpt.plan(at_smallest)
     assert info["costs"]["held_output"] > 0
     with torch.no_grad():
@@ -152,9 +155,10 @@ def test_measured_peak_within_limit_while_the_caller_keeps_the_output(family, at
     at_smallest.zero_grad(set_to_none=True)  # outside the count: the step allocates its gradients
     with jitckpt.cpu_memory() as memory:
         step(1)
-    assert memory.peak <= info["memory_limit"] + 8 * 1024, \
-        f"{family.name}: measured peak {memory.peak} bytes, limit {info['memory_limit']} " \
-        f"(x{memory.peak / info['memory_limit']:.3f}, {info['num_stages']} stages)"
+    peak = memory.peak + families.caller_held_bytes(at_smallest, family.inputs)
+    assert peak <= info["memory_limit"] + 1024, \
+        f"{family.name}: measured peak {peak} bytes, limit {info['memory_limit']} " \
+        f"(x{peak / info['memory_limit']:.3f}, {info['num_stages']} stages)"
 
 
 def step_peak_after_warmup(model: torch.jit.ScriptModule, family: families.Family) -> int:
