@@ -289,7 +289,7 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
     s.label = runner.stages().stage(l).label;
     warmUp(runner, l, current, options.warmup);
     Tensors outputs = measureMemory(runner, l, current, *probe, s);
-    output_layouts[l] = layoutsOf(outputs);
+    output_layouts[l] = s.output_layouts;
     measureTimes(runner, l, current, options.repeats, device, *stopwatch, s);
     appendStage(c, s, l);
     profile.labels.push_back(s.label);

@@ -114,6 +114,9 @@ struct StageProfile {  // the measurements behind one stage's costs, for reports
   int64_t output_bytes = 0;    // wa
   int64_t passed_bytes = 0;    // the part of wa that the input holds (Costs::passedBytes)
   int64_t recorded_bytes = 0;  // live bytes after Fall minus before (wabar before max)
+  // a^l's layouts, none where B was handed no gradient (an output that requires none): what
+  // measuredOn compares the gradients a step hands B with.
+  GradientLayouts output_layouts;
   // The copies of the buffers the stage updates (BatchNorm's statistics) that a recomputation
   // writes to instead (StageRunner): its graph saves them (BatchNorm's backward takes the
   // statistics), so a recomputed abar holds them; the first run's writes the buffers themselves.

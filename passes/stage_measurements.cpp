@@ -100,6 +100,9 @@ bool measuredOn(const GradientLayouts& handed, const GradientLayouts& outputs) {
     const GradientLayout& h = handed[i];
     // measureMemory hands each output ones of its own, each filling its storage
     if (h.same_as >= 0 || h.shares_storage_with >= 0) return false;
+    // None where it handed ones (an LSTM's final state that the model drops): a backward that
+    // takes every output's gradient gets zeros made inside it.
+    if (!h.defined && outputs[i].defined) return false;
     if (!h.defined || !outputs[i].defined || h.sizes != outputs[i].sizes) continue;
     if (h.storage_elements > numelOf(h)) return false;
     if (h.strides != outputs[i].strides && !h.contiguous) return false;
@@ -136,6 +139,7 @@ Tensors onesLaidOut(const GradientLayouts& handed, const Tensors& outputs) {
   std::vector<at::Tensor> storages(n);
   for (size_t i = 0; i < n; ++i) {
     const GradientLayout& h = handed[i];
+    if (!h.defined) out[i] = at::Tensor();  // handed none, as the step hands it
     if (!laidOut(i)) continue;
     if (h.same_as >= 0 && out[h.same_as].defined() && out[h.same_as].sizes() == out[i].sizes()) {
       out[i] = out[h.same_as];
@@ -185,6 +189,10 @@ Tensors measureMemory(StageRunner& runner, int l, const Tensors& current,
   // them: ob covers both (once B is done they are wg's, held to the end of the chain's backward).
   const bool other_layouts = someAreNotContiguous(recorded.outputs);
   Tensors deltas = onesFor(recorded.outputs);
+  s.output_layouts = layoutsOf(outputs);
+  for (size_t i = 0; i < deltas.size() && i < s.output_layouts.size(); ++i) {
+    if (!deltas[i].defined()) s.output_layouts[i] = GradientLayout{};
+  }
   s.backward_overhead =
       measureBackward(runner, l, std::move(recorded), std::move(deltas), probe, s);
   if (other_layouts) {

@@ -19,16 +19,17 @@ Tensors onesFor(const Tensors& outputs);
 
 GradientLayouts layoutsOf(const Tensors& tensors);
 
-// Whether measureMemory measured B of outputs laid out as `outputs` on gradients laid out as
-// `handed`: it hands B ones laid out as a^l, and contiguous ones too where a^l is not.
+// Whether measureMemory measured B of outputs laid out as `outputs` (StageProfile's: none where
+// B was handed none) on gradients laid out as `handed`: it hands B ones laid out as a^l, and
+// contiguous ones too where a^l is not.
 bool measuredOn(const GradientLayouts& handed, const GradientLayouts& outputs);
 
 // Whether both describe the same gradients (sizes, strides, the tensors and storages they share).
 bool sameLayouts(const GradientLayouts& a, const GradientLayouts& b);
 
 // Ones for `outputs` laid out as `handed` (zero strides and gaps included): one tensor for the
-// outputs handed one gradient, and one storage, as large as the step's, for those handed views
-// of one.
+// outputs handed one gradient, one storage, as large as the step's, for those handed views of
+// one, and none for those handed none.
 Tensors onesLaidOut(const GradientLayouts& handed, const Tensors& outputs);
 
 // B(l) on `recorded` with `deltas` (delta^l) moved in, as the executor hands them over (B frees

@@ -89,5 +89,18 @@ TEST(HandedLayouts, ASliceHoldsItsWholeStorage) {
   EXPECT_TRUE(onesLaidOut(layoutsOf({g, g}), other)[1].eq(1).all().item<bool>());
 }
 
+// An output the model drops (an LSTM's final state) is handed no gradient where measureMemory
+// handed it ones; the LSTM's backward then makes zeros for it inside B, above B's start.
+TEST(HandedLayouts, AnOutputHandedNoGradientIsMeasuredWithout) {
+  const GradientLayouts handed = layoutsOf({torch::ones({2, 3}), torch::Tensor(), torch::Tensor()});
+  EXPECT_FALSE(measuredOn(handed, layoutsOf(outputs())));
+  const Tensors ones = onesLaidOut(handed, outputs());
+  EXPECT_TRUE(ones[0].defined());
+  EXPECT_FALSE(ones[1].defined());
+  EXPECT_FALSE(ones[2].defined());
+  // An output that requires no grad gets none in both (StageProfile::output_layouts).
+  EXPECT_TRUE(measuredOn(layoutsOf({torch::Tensor()}), layoutsOf({torch::Tensor()})));
+}
+
 }  // namespace
 }  // namespace jitckpt
