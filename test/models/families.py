@@ -92,6 +92,33 @@ def caller_held_bytes(rewritten: torch.jit.ScriptModule, inputs: Tuple[Any, ...]
     return sum(held.values())
 
 
+def _like(output: Any, tensors: List[Tensor]) -> Any:
+    """`output` with its tensors (in tensors_of's order) replaced by `tensors`."""
+    it = iter(tensors)
+
+    def rebuild(o: Any) -> Any:
+        if isinstance(o, Tensor):
+            return next(it)
+        if isinstance(o, dict):
+            return {key: rebuild(o[key]) for key in sorted(o)}
+        if isinstance(o, (tuple, list)):
+            return type(o)(rebuild(item) for item in o)
+        return o
+    return rebuild(output)
+
+
+def loss_held_bytes(output: Any, loss: Callable[[Any], Tensor]) -> int:
+    """The peak of loss(output) and its backward on stand-ins for `output` (the same storages), less
+    the stand-ins' gradients, which the plan counts as the output's: memory of the caller's,
+    outside any limit (a squared copy of the logits, a cross-entropy's softmax). An upper bound on
+    what the loss adds to a step's peak."""
+    from jitckpt import cpu_memory
+    stand_ins = [t.detach().requires_grad_(t.is_floating_point()) for t in tensors_of(output)]
+    with cpu_memory() as memory:
+        loss(_like(output, stand_ins)).backward()
+    return max(0, memory.peak - sum(t.numel() * t.element_size() for t in stand_ins if t.requires_grad))
+
+
 def loss_of(output: Any) -> Tensor:
     """Sum over the output's floating tensors of mean(t^2)."""
     total = None
