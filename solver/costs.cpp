@@ -168,6 +168,10 @@ int64_t Costs::sharedBytes(int j, int k) const {
   return bytes;
 }
 
+bool Costs::runsOnce(int l) const {
+  return std::binary_search(runs_once.begin(), runs_once.end(), l);
+}
+
 void validate(const Costs& chain) {
   const size_t n = chain.uf.size();
   if (n < 2)
@@ -211,6 +215,13 @@ void validate(const Costs& chain) {
   }
   validateSpans(chain);
   validateHanded(chain);
+  for (size_t i = 0; i < chain.runs_once.size(); ++i) {
+    const int l = chain.runs_once[i];
+    if (l < 1 || l >= static_cast<int>(n) || (i > 0 && l <= chain.runs_once[i - 1])) {
+      fail("chain field 'runs_once' entry " + std::to_string(i) + " is " + std::to_string(l) +
+           ": it lists stages of 1.." + std::to_string(n - 1) + " in ascending order");
+    }
+  }
   if (chain.held_output < 0) fail("chain field 'held_output' is negative");
   if (chain.held_output > 0 && n < 3)
     fail(
@@ -249,6 +260,7 @@ Costs costsFromJson(const std::string& text) {
     if (!held.is_number_integer()) fail("chain field 'held_output' must be an integer (bytes)");
     chain.held_output = held.get<int64_t>();
   }
+  if (json.contains("runs_once")) chain.runs_once = readField<int>(json, "runs_once");
   validate(chain);
   return chain;
 }
@@ -266,6 +278,7 @@ std::string costsToJson(const Costs& chain) {
     json["spans"] = spans;
   }
   if (chain.held_output > 0) json["held_output"] = chain.held_output;
+  if (!chain.runs_once.empty()) json["runs_once"] = chain.runs_once;
   return json.dump(1);
 }
 

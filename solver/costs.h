@@ -84,6 +84,7 @@ struct Costs {
   std::vector<int64_t> wd_handed;  // bytes of delta^{l-1} that delta^l holds; empty: none
   std::vector<Span> spans;         // storages held by consecutive activations; empty: none
   int64_t held_output = 0;         // bytes of a^{L-1} the caller keeps to the end; 0: none
+  std::vector<int> runs_once;      // stages whose forward runs once, ascending; empty: none
 
   int length() const { return static_cast<int>(uf.size()) - 1; }  // L
   // The time of Fck(l) and F∅(l).
@@ -108,17 +109,20 @@ struct Costs {
   int64_t passedBytes(int l) const { return l < 1 ? 0 : sharedBytes(l - 1, l); }
   // What holding abar^l adds beside a^{l-1}, which is held whenever abar^l is.
   int64_t abarOwnBytes(int l) const { return wabar[static_cast<size_t>(l)] - passedBytes(l); }
+  bool runsOnce(int l) const;
 };
 
 // Throws std::invalid_argument naming the field and the stage when the chain is not well formed
 // (empty, vectors of different lengths, negative values, wabar < wa, a span outside 0..L or
 // shorter than two activations, spans over a^l holding more than wa[l], wd_handed[l] above wd[l]
-// or wd[l-1], held_output negative or given for a chain of one stage).
+// or wd[l-1], held_output negative or given for a chain of one stage, runs_once not ascending
+// stages of 1..L).
 void validate(const Costs& chain);
 
 // JSON form: {"uf":[...], "ub":[...], "wa":[...], "wabar":[...], "wd":[...], "of":[...],
 // "ob":[...]} with L+1 entries each (entry 0 as above), and optionally "uf_nograd", "of_nograd",
-// "wg", "wd_handed", "spans" ([[first, last, bytes], ...]) and "held_output" (bytes). Files of
+// "wg", "wd_handed", "spans" ([[first, last, bytes], ...]), "held_output" (bytes) and
+// "runs_once" ([stage, ...]). Files of
 // earlier versions may give "wpass" instead ([l]: bytes of a^l that a^{l-1} holds; read as spans
 // over l-1 and l). Errors name the field and the stage.
 Costs costsFromJson(const std::string& text);

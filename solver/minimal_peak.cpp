@@ -5,7 +5,8 @@
 //   P(s,t) = min( max(m_all(s,t), abar_own[s] + P(s+1,t)),                      C_all
 //                 min_{s<s'<=t} max(run(s,s'-1) + wd[t], kept(s-1,s'-1) + P(s',t),
 //                                   gradients(s'..t) + P(s,s'-1)) )             C_ck
-// and the limit is P(1,L) + wa[0].
+// and the limit is P(1,L) + wa[0]. C_ck's splits stop at the first stage from s on that runs
+// forward once (Costs::runs_once); where nothing is left (revolve-style), P is kNone.
 #include "solver/minimal_peak.h"
 
 #include <limits>
@@ -19,6 +20,7 @@ namespace jitckpt::solver {
 namespace {
 
 constexpr int kAll = 0;  // choice(s,t): C_all; otherwise the split s'
+constexpr int64_t kNone = std::numeric_limits<int64_t>::max() / 4;  // no schedule
 
 class MinimalPeakTable {
  public:
@@ -32,12 +34,18 @@ class MinimalPeakTable {
         choice_(cells(), kAll) {
     prefix_uf_.assign(L_ + 1, 0.0);
     for (int l = 1; l <= L_; ++l) prefix_uf_[l] = prefix_uf_[l - 1] + chain_.noGradForward(l);
+    last_split_.assign(L_ + 2, L_);  // as PersistentSolver's
+    for (int s = L_; s >= 1; --s) last_split_[s] = chain_.runsOnce(s) ? s : last_split_[s + 1];
     for (int t = 1; t <= L_; ++t) {
       for (int s = t; s >= 1; --s) fill(s, t);
     }
   }
 
-  int64_t limit() const { return sizes_.wa[0] + peak_[at(1, L_)]; }
+  // -1 where no schedule exists.
+  int64_t limit() const {
+    const int64_t peak = peak_[at(1, L_)];
+    return peak >= kNone ? -1 : sizes_.wa[0] + peak;
+  }
 
   void schedule(int s, int t, Schedule& out) const {
     const int split = choice_[at(s, t)];
@@ -77,18 +85,19 @@ class MinimalPeakTable {
     if (!revolve_only_) {
       const int64_t peak = std::max(sizes_.allPeak(s, t, sizes_.allGradients(s, t)),
                                     sizes_.abar_own[s] + peak_[at(s + 1, t)]);
-      consider(cell, peak, stageTime(s) + time_[at(s + 1, t)], kAll, any);
+      consider(cell, std::min(peak, kNone), stageTime(s) + time_[at(s + 1, t)], kAll, any);
     }
     int64_t run = sizes_.runStart(s);
-    for (int split = s + 1; split <= t; ++split) {
+    for (int split = s + 1; split <= std::min(t, last_split_[s]); ++split) {
       if (split > s + 1) run = std::max(run, sizes_.runStep(s, split - 1));
       const int64_t peak =
           std::max({run + sizes_.wd[t], sizes_.kept(s - 1, split - 1) + peak_[at(split, t)],
                     sizes_.gradients(split, t) + peak_[at(s, split - 1)]});
       const double time = (prefix_uf_[split - 1] - prefix_uf_[s - 1]) + time_[at(split, t)] +
                           time_[at(s, split - 1)];
-      consider(cell, peak, time, split, any);
+      consider(cell, std::min(peak, kNone), time, split, any);
     }
+    if (!any) peak_[cell] = kNone;
   }
 
   const Costs& chain_;
@@ -99,6 +108,7 @@ class MinimalPeakTable {
   std::vector<double> time_;
   std::vector<int> choice_;
   std::vector<double> prefix_uf_;
+  std::vector<int> last_split_;
 };
 
 }  // namespace
@@ -107,6 +117,10 @@ MinimalPeak minimalPeak(const Costs& chain, bool revolve_only) {
   validate(chain);
   const MinimalPeakTable table(chain, revolve_only);
   MinimalPeak result;
+  if (table.limit() < 0) {
+    result.limit = -1;
+    return result;
+  }
   table.schedule(1, chain.length(), result.schedule);
   const SimulationResult sim = simulate(chain, result.schedule);
   if (!sim.valid || !sim.complete || sim.peak != table.limit()) {

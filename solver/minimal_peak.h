@@ -18,7 +18,9 @@
 namespace jitckpt::solver {
 
 struct MinimalPeak {
-  int64_t limit = 0;  // the smallest limit, bytes, a^0 included (as SolveResult::peak)
+  // The smallest limit, bytes, a^0 included (as SolveResult::peak); -1 where no persistent
+  // schedule exists (revolve-style, with a stage of Costs::runs_once before the last).
+  int64_t limit = 0;
   Schedule schedule;  // its simulated peak is `limit`
   double time = 0;    // simulated
 };

@@ -17,6 +17,8 @@
 //    a^{s-1} does not hold of it (ChainSizes::kept), and so does each activation of its forward
 //    run, which makes only what its input does not pass on. Every activation held beside (s,t)'s
 //    input was computed from it, so a sub-chain's memory depends on its input alone.
+//  - Stages that run forward once (Costs::runs_once): C_ck at (s,t) runs s..s'-1 twice, so its
+//    splits stop at the first such stage from s on; C_all runs s once.
 //  - Sizes are rounded up to slots and a limit rounded down, so the real peak of a schedule
 //    is never above the limit it was solved for. With slot size 1 (S = M) the DP is exact.
 #pragma once
@@ -122,6 +124,9 @@ class PersistentSolver {
   // (first, last) -> gradients of first..last in slots, stored by last: a cell reads a column.
   std::vector<int> gradient_slots_;
   std::vector<int> sweep_;  // (s,last) -> peak of Fck(s), F∅(s+1..last), (L+1) x (L+1)
+  // s -> the last split s' of a cell (s,t) whose run s..s'-1 holds no stage of Costs::runs_once
+  // (capped at t by the caller): the first such stage from s on, or L when none.
+  std::vector<int> last_split_;
   std::vector<Row> rows_;
   std::vector<Row> rows_by_start_;
   std::vector<std::unique_ptr<float[], void (*)(void*)>> chunks_;

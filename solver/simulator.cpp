@@ -94,6 +94,7 @@ SimulationResult simulate(const Costs& chain, const Schedule& schedule) {
   SimulationResult result;
   result.peak = held();
   int forwards = 0;
+  std::vector<bool> ran(L + 1, false);  // for Costs::runs_once
   auto invalid = [&](size_t index, const std::string& why) {
     result.valid = false;
     result.first_invalid_op = static_cast<int>(index);
@@ -107,6 +108,13 @@ SimulationResult simulate(const Costs& chain, const Schedule& schedule) {
     if (l < 1 || l > L) return invalid(i, "stage out of range 1.." + std::to_string(L));
     if (delta[0]) return invalid(i, "the sequence is already complete");
     const bool input = a[l - 1] || abar[l - 1];
+    if (op.kind != OpKind::Backward) {
+      if (ran[l] && chain.runsOnce(l)) {
+        return invalid(i, "stage " + std::to_string(l) +
+                              " runs forward once (its random draws cannot be replayed)");
+      }
+      ran[l] = true;
+    }
     switch (op.kind) {
       case OpKind::ForwardAll: {
         if (!input) return invalid(i, "its input a^" + std::to_string(l - 1) + " is not held");

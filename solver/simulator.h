@@ -12,7 +12,8 @@
 // a^l, so holding abar^l absorbs a lone a^l), and which gradients delta^l are held. An op is
 // invalid when its input is missing or when it would produce what is already held (Fck/F∅(l)
 // with a^l or abar^l held, Fall(l) with abar^l held: pure waste; F∅ would otherwise become a
-// "drop a^{l-1}" that Table 1 does not have); Fall(l) over a lone a^l is valid (a^l -> abar^l). The
+// "drop a^{l-1}" that Table 1 does not have), or when it runs a stage of Costs::runs_once forward a
+// second time; Fall(l) over a lone a^l is valid (a^l -> abar^l). The
 // sequence starts with {a^0, delta^L} (delta^L is the loss gradient; for a model chain the terminal
 // stage L makes it zero-size) and is complete when delta^0 is produced. The peak of an op is the
 // memory held before it, plus what it produces (Fall: abarOwnBytes; Fck, F∅: wa less what a^{l-1}

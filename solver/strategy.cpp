@@ -75,6 +75,10 @@ std::string infeasibleMessage(const Costs& chain, int64_t limit, Strategy strate
   // Gradients the backward ends up holding are a floor no schedule goes below.
   if (gradients > 0)
     text += "; the chain's parameter gradients alone take " + formatBytes(gradients);
+  if (!chain.runs_once.empty() && (strategy == Strategy::Periodic || strategy == Strategy::Revolve))
+    text += "; stage " + std::to_string(chain.runs_once.front()) +
+            " runs forward once (its random draws cannot be replayed), and this strategy "
+            "recomputes it: use the optimal strategy";
   return text + ". Raise the limit, or use a smaller batch or input";
 }
 
@@ -120,6 +124,7 @@ void considerSmallestPeak(Candidates& candidates, const Costs& chain, int64_t li
                           bool revolve_only) {
   if (candidates.anyFits()) return;
   const MinimalPeak least = minimalPeak(chain, revolve_only);
+  if (least.limit < 0) return;
   candidates.consider(least.schedule, "smallest peak");
   if (least.limit <= limit)
     considerTablesAbove(candidates, chain, least.limit, slots, revolve_only);
@@ -246,6 +251,11 @@ Selection selectSmallest(const Costs& chain, Strategy strategy, const SelectOpti
   }
   const bool revolve_only = strategy == Strategy::Revolve;
   const MinimalPeak least = minimalPeak(chain, revolve_only);
+  if (least.limit < 0) {
+    Selection none;
+    none.message = infeasibleMessage(chain, 0, strategy, none, options);
+    return none;
+  }
   Candidates candidates(chain, least.limit);
   considerTablesAbove(candidates, chain, least.limit, options.slots, revolve_only);
   candidates.consider(least.schedule, "smallest peak");
@@ -268,6 +278,14 @@ int64_t curveMaxLimit(int64_t unconstrained_peak) {
 }
 
 SolveResult solveWithFallback(const Costs& chain, int64_t limit, int slots, bool revolve_only) {
+  // Revolve-style recomputes every stage but the last: a stage that runs once leaves no schedule.
+  if (revolve_only && !chain.runs_once.empty() && chain.runs_once.front() < chain.length()) {
+    SolveResult none;
+    none.limit = limit;
+    none.message = "no revolve-style schedule: it recomputes stage " +
+                   std::to_string(chain.runs_once.front()) + ", which runs forward once";
+    return none;
+  }
   PersistentSolver solver(chain, std::max<int64_t>(limit, 1), slots, revolve_only);
   SolveResult result = solver.solve(std::max<int64_t>(limit, 1));
   result.limit = limit;

@@ -1,6 +1,7 @@
 // The persistent DP against the exhaustive persistent search and the simulator.
 #include <gtest/gtest.h>
 
+#include "solver/minimal_peak.h"
 #include "solver/persistent_dp.h"
 #include "solver/simulator.h"
 #include "solver/strategy.h"
@@ -266,4 +267,55 @@ TEST(PersistentDp, EqualsThePlainRecurrence) {
   }
   EXPECT_GT(points, 1000);
   EXPECT_GT(cells, 1000000);
+}
+
+// Stages that run forward once (Costs::runs_once, a random state no saved generator restores): the
+// DP, the smallest peak and the exhaustive search, whose sequences the simulator checks, agree;
+// and the constraint costs time somewhere, or the test would not see it.
+TEST(PersistentDp, StagesThatRunOnceEqualExhaustiveSearch) {
+  int slower = 0, checked = 0;
+  for (uint64_t seed = 1; seed <= 120; ++seed) {
+    Costs chain = randomCosts(2 + static_cast<int>(seed % 5), seed);
+    for (int l = 1; l < chain.length(); ++l) {
+      if ((seed * 7 + static_cast<uint64_t>(l) * 3) % 3 == 0) chain.runs_once.push_back(l);
+    }
+    if (chain.runs_once.empty())
+      chain.runs_once.push_back(1 + static_cast<int>(seed % 2) % (chain.length() - 1));
+    Costs free = chain;
+    free.runs_once.clear();
+    SCOPED_TRACE("seed " + std::to_string(seed) + "\n" + costsToJson(chain));
+    const int64_t top = noCheckpointPeak(chain) + 2;
+    const PersistentSolver solver(chain, top, static_cast<int>(top));
+    const PersistentSolver unconstrained(free, top, static_cast<int>(top));
+    for (int64_t limit = 0; limit <= top; ++limit) {
+      const SearchResult best = bestPersistentSequence(chain, limit);
+      const SolveResult dp = solver.solve(limit);  // throws where the simulator rejects it
+      ASSERT_EQ(dp.feasible, best.feasible) << "limit " << limit;
+      if (!best.feasible) continue;
+      ++checked;
+      EXPECT_EQ(dp.time, best.time) << "limit " << limit << " dp " << toString(dp.schedule);
+      const SolveResult other = unconstrained.solve(limit);
+      if (!other.feasible || other.time < dp.time) ++slower;
+    }
+    const MinimalPeak least = minimalPeak(chain);
+    int64_t smallest = 0;
+    while (!bestPersistentSequence(chain, smallest).feasible) ++smallest;
+    EXPECT_EQ(least.limit, smallest);
+    EXPECT_EQ(minimalPeak(chain, /*revolve_only=*/true).limit, -1);
+    EXPECT_FALSE(solveRevolve(chain, top, 50).feasible);
+  }
+  EXPECT_GT(checked, 500);
+  EXPECT_GT(slower, 50);
+}
+
+// A given schedule that runs such a stage twice is refused, naming it.
+TEST(PersistentDp, ScheduleRunningAStageOnceAgainIsInvalid) {
+  Costs chain = randomCosts(3, 5);
+  chain.runs_once = {2};
+  const Schedule twice = parseSchedule("Fck(1) F∅(2) Fall(3) B(3) Fall(1) Fall(2) B(2) B(1)");
+  const SimulationResult sim = simulate(chain, twice);
+  EXPECT_FALSE(sim.valid);
+  EXPECT_NE(sim.reason.find("stage 2 runs forward once"), std::string::npos) << sim.reason;
+  chain.runs_once.clear();
+  EXPECT_TRUE(simulate(chain, twice).valid);
 }
