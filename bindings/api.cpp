@@ -165,6 +165,7 @@ py::dict solutionInfo(const jitckpt::Plan& plan) {
     spans.append(py::make_tuple(span.first, span.last, span.bytes));
   costs["spans"] = spans;
   costs["held_output"] = s.costs.held_output;
+  costs["runs_once"] = s.costs.runs_once;
   info["costs"] = costs;
   info["input_shapes"] = s.input_key.shapes;
   info["input_types"] = s.input_key.types;

@@ -300,6 +300,7 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   }
   c.spans = spans.spans();
   appendTerminalStage(c, current);
+  c.runs_once = runner.stages().stagesThatRunOnce(device);
   setHeldGradients(profile, current, c);
   const LiftedGradientBytes lifted_gradients = liftedGradientBytes(profile.stages);
   c.wg = lifted_gradients.made;

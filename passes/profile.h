@@ -41,6 +41,8 @@
 //   ub[l]    median over `repeats` backward calls, each after an untimed recording forward, ms.
 //            On CUDA both are CUDA-event times on the current stream; on the CPU wall time.
 //            uf, uf_nograd and ub are then scaled by one factor (ProfileOptions::calibration_runs).
+//   runs_once  the stages whose forward may run once on the chain's device
+//            (ChainStages::stagesThatRunOnce: cuDNN's dropout between recurrent layers).
 // Memory values are measured once after the warm-up (deterministic on the CPU for deterministic
 // kernels: the same allocations in the same order); times are medians because they are not.
 //

@@ -23,6 +23,8 @@ class RngState {
   // chain of small stages would hold once per random stage as activation memory.
   std::vector<c10::Device> devices_;   // the CPU's first
   std::vector<at::Generator> clones_;  // parallel to devices_
+  // Whether cuDNN's RNN dropout state was due to be seeded again (rng_state.cpp), per device.
+  std::vector<bool> rnn_reseeds_;
 };
 
 class RngStateGuard {

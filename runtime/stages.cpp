@@ -1,8 +1,10 @@
 // ChainStages (see stages.h).
 #include "runtime/stages.h"
 
+#include <ATen/Context.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/jit/ir/alias_analysis.h>
+#include <torch/csrc/jit/ir/constants.h>
 
 #include <algorithm>
 #include <functional>
@@ -169,6 +171,23 @@ bool drawsRandomNumbers(const torch::jit::Node* n) {
   return n->isNondeterministic() || recurrentKinds().count(n->kind().toQualString()) > 0;
 }
 
+bool dropsOutBetweenLayers(const torch::jit::Node* n) {
+  if (recurrentKinds().count(n->kind().toQualString()) == 0 || !n->maybeSchema()) return false;
+  const auto dropout = torch::jit::toIValue(n->namedInput("dropout"));
+  const auto train = torch::jit::toIValue(n->namedInput("train"));
+  return !(dropout && dropout->isDouble() && dropout->toDouble() == 0.0) &&
+         !(train && train->isBool() && !train->toBool());
+}
+
+std::vector<int> ChainStages::stagesThatRunOnce(c10::Device device) const {
+  std::vector<int> once;
+  if (!device.is_cuda() || !at::globalContext().userEnabledCuDNN()) return once;
+  for (int l = 1; l <= size(); ++l) {
+    if (recurrent_dropout_[static_cast<size_t>(l - 1)]) once.push_back(l);
+  }
+  return once;
+}
+
 std::string toString(LiftedKind kind) {
   switch (kind) {
     case LiftedKind::Parameter:
@@ -253,6 +272,7 @@ ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<Lifte
     }
     cast_lifted_.push_back(std::move(cast));
     random_.push_back(containsNode(stage.graph->block(), drawsRandomNumbers));
+    recurrent_dropout_.push_back(containsNode(stage.graph->block(), dropsOutBetweenLayers));
     std::vector<bool> may_require_grad;
     for (size_t k : stage.lifted)
       may_require_grad.push_back(lifted_[k].kind == LiftedKind::Parameter ||

@@ -28,6 +28,11 @@ enum class LiftedKind { Parameter, Buffer, Scalar, Side };
 // when trained with dropout > 0 (TorchScript does not mark them). A stage with one replays its
 // generator state when it is recomputed, and such a node is never moved or run twice.
 bool drawsRandomNumbers(const torch::jit::Node* n);
+// Whether `n` is a recurrent layer that may drop out between its layers (its dropout not a
+// constant 0, its train flag not a constant false). On CUDA, cuDNN draws that mask from a random
+// state of its own (PyTorch's RNN.cpp), which advances at every call and which no saved generator
+// state restores: a second run of the stage draws another mask.
+bool dropsOutBetweenLayers(const torch::jit::Node* n);
 // Inputs that `n` writes in place: arguments annotated (a!) in its schema, and the running
 // statistics of the norm ops, which write them without saying so in their schema.
 std::vector<size_t> directlyWrittenInputs(const torch::jit::Node* n);
@@ -59,6 +64,9 @@ class ChainStages {
   const StageSpec& stage(int l) const { return stages_.at(l - 1); }  // l = 1..L
   const std::vector<StageSpec>& stages() const { return stages_; }
   bool hasRandomOps(int l) const { return random_.at(l - 1); }  // dropout and the like
+  // The stages whose forward may run only once on `device` (solver::Costs::runs_once): on CUDA
+  // with cuDNN enabled, those with a recurrent layer that drops out between its layers.
+  std::vector<int> stagesThatRunOnce(c10::Device device) const;
   // Whether stage l holds an op whose kernel depends on the autograd state (RNNs, attention):
   // its runs without a graph must still run as the recording run does to give the same bits.
   bool hasAutogradDependentKernels(int l) const { return autograd_kernels_.at(l - 1); }
@@ -105,6 +113,7 @@ class ChainStages {
  private:
   std::vector<StageSpec> stages_;
   std::vector<bool> random_;
+  std::vector<bool> recurrent_dropout_;
   std::vector<bool> autograd_kernels_;
   std::vector<bool> outputs_read_inside_;
   std::vector<bool> outputs_never_require_grad_;

@@ -14,7 +14,7 @@ import sys
 import dataclasses
 import random
 import warnings
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -175,21 +175,23 @@ def difference(reference: List[Record], other: List[Record]) -> Optional[str]:
     return None
 
 
-def random_schedule(stages: int, rng: random.Random) -> str:
+def random_schedule(stages: int, rng: random.Random, runs_once: Sequence[int] = ()) -> str:
     """A random persistent schedule over `stages` stages and the terminal hand-off (stage
     stages + 1): each segment is either kept whole (Fall) or checkpointed at its start (Fck),
-    advanced without keeping (Fn) to a random split, and solved right part first."""
+    advanced without keeping (Fn) to a random split, and solved right part first. A stage of
+    `runs_once` (the plan's costs) is never in a run that is recomputed."""
     ops: List[str] = []
 
     def solve(s: int, t: int) -> None:  # a^{s-1} held, backward of stages s..t
+        last = min([k for k in runs_once if s <= k <= t] + [t])  # the last split allowed
         if s == t:
             ops.extend([f"Fall({s})", f"B({s})"])
-        elif rng.random() < 0.35:
+        elif s == last or rng.random() < 0.35:
             ops.append(f"Fall({s})")
             solve(s + 1, t)
             ops.append(f"B({s})")
         else:
-            split = rng.randint(s + 1, t)
+            split = rng.randint(s + 1, last)
             ops.append(f"Fck({s})")
             ops.extend(f"Fn({k})" for k in range(s + 1, split))
             solve(split, t)
@@ -213,7 +215,8 @@ def _checkpoint(script, example, config: Config, rng: random.Random) -> torch.ji
             if example is not None:
                 options["reuse_profile_of"] = probe
             if config.strategy == "given":  # the stages are known before planning
-                options["schedule"] = random_schedule(jitckpt.plan(probe)["num_stages"], rng)
+                info = jitckpt.plan(probe)
+                options["schedule"] = random_schedule(info["num_stages"], rng, info["costs"]["runs_once"])
                 limit = None
             else:
                 info = jitckpt.plan(probe)

@@ -84,6 +84,23 @@ TEST(ChainFile, HeldOutputRoundTripsAndDefaultsToNone) {
               "must be an integer");
 }
 
+TEST(ChainFile, StagesThatRunOnceRoundTripAndDefaultToNone) {
+  Costs chain = randomCosts(5, 11, 50, 20);
+  chain.runs_once = {2, 4};
+  const Costs read = costsFromJson(costsToJson(chain));
+  EXPECT_EQ(read.runs_once, chain.runs_once);
+  EXPECT_TRUE(read.runsOnce(4));
+  EXPECT_FALSE(read.runsOnce(3));
+  EXPECT_TRUE(costsFromJson(kGood).runs_once.empty());
+  for (const std::vector<int>& bad : {std::vector<int>{0}, {6}, {3, 2}, {2, 2}}) {
+    chain.runs_once = bad;
+    EXPECT_THROW(validate(chain), std::invalid_argument);
+  }
+  expectError(std::string(R"({"uf":[0,1,1],"ub":[0,2,2],"wa":[5,6,6],"wabar":[0,8,8],)") +
+                  R"("wd":[5,6,6],"of":[0,1,1],"ob":[0,1,1],"runs_once":[3]})",
+              "'runs_once' entry 0 is 3");
+}
+
 TEST(ChainFile, ParameterGradientsRoundTripAndDefaultToNone) {
   const Costs chain = randomCosts(5, 11, 50, 20);
   ASSERT_EQ(chain.wg.size(), chain.uf.size());
