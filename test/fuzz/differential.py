@@ -215,8 +215,9 @@ def _checkpoint(script, example, config: Config, rng: random.Random) -> torch.ji
             if example is not None:
                 options["reuse_profile_of"] = probe
             if config.strategy == "given":  # the stages are known before planning
-                info = jitckpt.plan(probe)
-                options["schedule"] = random_schedule(info["num_stages"], rng, info["costs"]["runs_once"])
+                info = jitckpt.plan(probe)  # costs: none yet where planning is deferred
+                runs_once = info.get("costs", {}).get("runs_once", [])
+                options["schedule"] = random_schedule(info["num_stages"], rng, runs_once)
                 limit = None
             else:
                 info = jitckpt.plan(probe)
