@@ -90,7 +90,9 @@ py::list baselinePoints(const jitckpt::solver::Costs& costs) {
   const int stages = costs.length() - 1;  // periodic schedules leave the terminal stage alone
   auto add = [&](const std::string& name, const solver::Schedule& schedule) {
     const auto result = solver::simulate(costs, schedule);
-    points.append(py::make_tuple(name, result.peak, result.time));
+    // (none where it recomputes a stage that runs once: Costs::runs_once)
+    if (result.valid && result.complete)
+      points.append(py::make_tuple(name, result.peak, result.time));
   };
   add("no checkpointing", solver::noCheckpointSchedule(costs));
   const int most = std::min(stages, static_cast<int>(std::ceil(2 * std::sqrt(stages))));
