@@ -220,3 +220,41 @@ TEST(Strategy, GivenSchedulesRunAsTheyAreOrAreRefused) {
   EXPECT_THROW(selectSmallest(chain, Strategy::Given, options), std::invalid_argument);
   EXPECT_EQ(parseStrategy("given"), Strategy::Given);
 }
+
+// A stage that runs forward once (Costs::runs_once): the optimal strategy never recomputes it, at
+// any limit down to its own smallest; periodic and revolve-style schedules, which recompute it,
+// are refused naming the stage, as is a given schedule that runs it twice.
+TEST(Strategy, AStageThatRunsOnceIsNeverRecomputed) {
+  int constrained = 0;
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    Costs chain = randomCosts(6 + static_cast<int>(seed % 8), seed, 40, 9);
+    const int once = 1 + static_cast<int>(seed % static_cast<uint64_t>(chain.length() - 1));
+    chain.runs_once = {once};
+    SCOPED_TRACE("seed " + std::to_string(seed) + ", stage " + std::to_string(once));
+    const Selection smallest = selectSmallest(chain, Strategy::Optimal);
+    ASSERT_TRUE(smallest.feasible);
+    const int64_t none = simulate(chain, noCheckpointSchedule(chain)).peak;
+    for (int64_t limit : {smallest.peak, (smallest.peak + none) / 2, none}) {
+      const Selection optimal = selectSchedule(chain, limit, Strategy::Optimal);
+      ASSERT_TRUE(optimal.feasible) << limit;
+      int runs = 0;
+      for (const Op& op : optimal.schedule) runs += op.stage == once && op.kind != OpKind::Backward;
+      EXPECT_EQ(runs, 1) << toString(optimal.schedule);
+      EXPECT_LE(optimal.peak, limit);
+    }
+    Costs free = chain;
+    free.runs_once.clear();
+    if (selectSmallest(free, Strategy::Optimal).peak < smallest.peak) ++constrained;
+    for (Strategy strategy : {Strategy::Revolve, Strategy::Periodic}) {
+      const Selection refused = selectSchedule(chain, none / 2, strategy);
+      if (refused.feasible) continue;  // a periodic segment may end at the stage
+      EXPECT_NE(refused.message.find("runs forward once"), std::string::npos) << refused.message;
+    }
+    EXPECT_FALSE(selectSchedule(chain, none * 2, Strategy::Revolve).feasible);
+    const Selection revolve_smallest = selectSmallest(chain, Strategy::Revolve);
+    EXPECT_FALSE(revolve_smallest.feasible);
+    EXPECT_NE(revolve_smallest.message.find("stage " + std::to_string(once)), std::string::npos)
+        << revolve_smallest.message;
+  }
+  EXPECT_GT(constrained, 5);
+}
