@@ -29,6 +29,8 @@ ChainSizes::ChainSizes(const Costs& chain, int64_t unit_bytes, int64_t cap_units
       for (int k = j + 1; k <= span.last; ++k) shared[j * n + k] += span.bytes;
     }
   }
+  last_split_.assign(L + 2, L);
+  for (int s = L; s >= 1; --s) last_split_[s] = chain.runsOnce(s) ? s : last_split_[s + 1];
   kept_.assign(n * n, 0);
   for (size_t j = 0; j < n; ++j) {
     for (size_t k = j + 1; k < n; ++k) kept_[j * n + k] = units(chain.wa[k] - shared[j * n + k]);

@@ -41,6 +41,9 @@ struct ChainSizes {
   int64_t allGradients(int s, int t) const {
     return s == length - 1 && t == length ? terminal_gradients : gradients(s + 1, t);
   }
+  // The last split s' of C_ck(s,t) whose run s..s'-1 holds no stage of Costs::runs_once (each
+  // would run forward again in (s, s'-1)): the first such stage from s on, capped at t.
+  int lastSplit(int s, int t) const { return std::min(t, last_split_[static_cast<size_t>(s)]); }
 
   int64_t unit, cap;
   int length;  // L
@@ -52,7 +55,8 @@ struct ChainSizes {
   int64_t terminal_gradients = 0;              // wg[L] alone, in units
 
  private:
-  std::vector<int64_t> kept_;  // (j, k) -> kept(j, k), (L+1) x (L+1), for j < k
+  std::vector<int64_t> kept_;    // (j, k) -> kept(j, k), (L+1) x (L+1), for j < k
+  std::vector<int> last_split_;  // s -> the first stage of runs_once from s on, or L
 };
 
 }  // namespace jitckpt::solver

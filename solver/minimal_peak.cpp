@@ -34,8 +34,6 @@ class MinimalPeakTable {
         choice_(cells(), kAll) {
     prefix_uf_.assign(L_ + 1, 0.0);
     for (int l = 1; l <= L_; ++l) prefix_uf_[l] = prefix_uf_[l - 1] + chain_.noGradForward(l);
-    last_split_.assign(L_ + 2, L_);  // as PersistentSolver's
-    for (int s = L_; s >= 1; --s) last_split_[s] = chain_.runsOnce(s) ? s : last_split_[s + 1];
     for (int t = 1; t <= L_; ++t) {
       for (int s = t; s >= 1; --s) fill(s, t);
     }
@@ -88,7 +86,7 @@ class MinimalPeakTable {
       consider(cell, std::min(peak, kNone), stageTime(s) + time_[at(s + 1, t)], kAll, any);
     }
     int64_t run = sizes_.runStart(s);
-    for (int split = s + 1; split <= std::min(t, last_split_[s]); ++split) {
+    for (int split = s + 1; split <= sizes_.lastSplit(s, t); ++split) {
       if (split > s + 1) run = std::max(run, sizes_.runStep(s, split - 1));
       const int64_t peak =
           std::max({run + sizes_.wd[t], sizes_.kept(s - 1, split - 1) + peak_[at(split, t)],
@@ -108,7 +106,6 @@ class MinimalPeakTable {
   std::vector<double> time_;
   std::vector<int> choice_;
   std::vector<double> prefix_uf_;
-  std::vector<int> last_split_;
 };
 
 }  // namespace

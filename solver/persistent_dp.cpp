@@ -96,9 +96,6 @@ void PersistentSolver::build() {
     }
   }
 
-  last_split_.assign(L_ + 2, L_);
-  for (int s = L_; s >= 1; --s) last_split_[s] = chain_.runsOnce(s) ? s : last_split_[s + 1];
-
   rows_.assign(static_cast<size_t>(L_) * (L_ + 1) / 2, Row{});
   rows_by_start_.assign(static_cast<size_t>(L_ + 1) * (L_ + 1), Row{});
   chunks_.clear();
@@ -159,7 +156,7 @@ void PersistentSolver::computeRow(int s, int t, std::vector<float>& buffer,
     // it), then (s, s'-1) beside the parameter gradients of s'..t.
     detail::relaxSplits(out, bases.data(), &rows_[rowIndex(s + 1, t)],
                         &gradient_slots_[static_cast<size_t>(t) * (L_ + 2) + s + 1],
-                        std::min(t, last_split_[s]) - s, static_cast<int>(sizes_.wd[t]), S_);
+                        sizes_.lastSplit(s, t) - s, static_cast<int>(sizes_.wd[t]), S_);
   }
   storeRow(s, t, out);
 }
@@ -218,7 +215,7 @@ void PersistentSolver::backtrack(int s, int t, int m, Schedule& out) const {
       return;
     }
   }
-  for (int split = s + 1; split <= std::min(t, last_split_[s]); ++split) {
+  for (int split = s + 1; split <= sizes_.lastSplit(s, t); ++split) {
     const int shift = static_cast<int>(sizes_.kept(s - 1, split - 1));
     const int left_shift = gradientSlots(split, t);
     if (m < sweepSlots(s, split - 1, t) || m < shift || m < left_shift) continue;

@@ -124,9 +124,6 @@ class PersistentSolver {
   // (first, last) -> gradients of first..last in slots, stored by last: a cell reads a column.
   std::vector<int> gradient_slots_;
   std::vector<int> sweep_;  // (s,last) -> peak of Fck(s), F∅(s+1..last), (L+1) x (L+1)
-  // s -> the last split s' of a cell (s,t) whose run s..s'-1 holds no stage of Costs::runs_once
-  // (capped at t by the caller): the first such stage from s on, or L when none.
-  std::vector<int> last_split_;
   std::vector<Row> rows_;
   std::vector<Row> rows_by_start_;
   std::vector<std::unique_ptr<float[], void (*)(void*)>> chunks_;
