@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -170,6 +172,63 @@ int64_t Costs::sharedBytes(int j, int k) const {
 
 bool Costs::runsOnce(int l) const {
   return std::binary_search(runs_once.begin(), runs_once.end(), l);
+}
+
+namespace {
+
+// Entry-wise max (or min) of two optional fields, an empty one standing for `fallback`'s values
+// (uf for uf_nograd, of for of_nograd) or for zeros; empty where both are.
+template <typename T, typename Pick>
+std::vector<T> combined(const std::vector<T>& a, const std::vector<T>& a_fallback,
+                        const std::vector<T>& b, const std::vector<T>& b_fallback, Pick pick) {
+  if (a.empty() && b.empty()) return {};
+  const std::vector<T>& x = a.empty() ? a_fallback : a;
+  const std::vector<T>& y = b.empty() ? b_fallback : b;
+  std::vector<T> out(x.size());
+  for (size_t l = 0; l < out.size(); ++l) out[l] = pick(x[l], y[l]);
+  return out;
+}
+
+}  // namespace
+
+Costs largestOf(const Costs& a, const Costs& b) {
+  validate(a);
+  validate(b);
+  if (a.length() != b.length())
+    fail("largestOf: chains of " + std::to_string(a.length()) + " and " +
+         std::to_string(b.length()) + " stages");
+  auto larger = [](auto x, auto y) { return std::max(x, y); };
+  auto smaller = [](auto x, auto y) { return std::min(x, y); };
+  const std::vector<int64_t> zeros(a.uf.size(), 0);
+  Costs c;
+  c.uf = combined(a.uf, a.uf, b.uf, b.uf, larger);
+  c.uf_nograd = combined(a.uf_nograd, a.uf, b.uf_nograd, b.uf, larger);
+  c.ub = combined(a.ub, a.ub, b.ub, b.ub, larger);
+  c.wa = combined(a.wa, a.wa, b.wa, b.wa, larger);
+  c.wabar = combined(a.wabar, a.wabar, b.wabar, b.wabar, larger);
+  c.wd = combined(a.wd, a.wd, b.wd, b.wd, larger);
+  c.of = combined(a.of, a.of, b.of, b.of, larger);
+  c.of_nograd = combined(a.of_nograd, a.of, b.of_nograd, b.of, larger);
+  c.ob = combined(a.ob, a.ob, b.ob, b.ob, larger);
+  c.wg = combined(a.wg, zeros, b.wg, zeros, larger);
+  c.wd_handed = combined(a.wd_handed, zeros, b.wd_handed, zeros, smaller);
+  // Bytes held over each (first, last), summed (several storages may share one range).
+  auto byRange = [](const std::vector<Span>& spans) {
+    std::map<std::pair<int, int>, int64_t> bytes;
+    for (const Span& span : spans) bytes[{span.first, span.last}] += span.bytes;
+    return bytes;
+  };
+  const auto b_bytes = byRange(b.spans);
+  for (const auto& [range, bytes] : byRange(a.spans)) {
+    const auto found = b_bytes.find(range);
+    if (found != b_bytes.end())
+      c.spans.push_back({range.first, range.second, std::min(bytes, found->second)});
+  }
+  c.held_output = std::max(a.held_output, b.held_output);
+  std::set_union(a.runs_once.begin(), a.runs_once.end(), b.runs_once.begin(), b.runs_once.end(),
+                 std::back_inserter(c.runs_once));
+  validate(c);
+  return c;
 }
 
 void validate(const Costs& chain) {

@@ -112,6 +112,13 @@ struct Costs {
   bool runsOnce(int l) const;
 };
 
+// The costs of one chain profiled twice, on data that gives its tensors other sizes (boolean
+// masks, nonzero): each size the larger of the two, each part that activations or gradients
+// share the smaller (spans only where both have them), each time the larger; every schedule's
+// simulated peak under them is at least its peak under either. Throws std::invalid_argument when
+// the two are not of the same length.
+Costs largestOf(const Costs& a, const Costs& b);
+
 // Throws std::invalid_argument naming the field and the stage when the chain is not well formed
 // (empty, vectors of different lengths, negative values, wabar < wa, a span outside 0..L or
 // shorter than two activations, spans over a^l holding more than wa[l], wd_handed[l] above wd[l]
