@@ -17,18 +17,6 @@ int64_t allocatedBytes(const c10::Storage& storage) {
 }
 }  // namespace
 
-int64_t storageBytes(const Tensors& tensors) {
-  std::unordered_set<const void*> seen;
-  int64_t bytes = 0;
-  for (const auto& t : tensors) {
-    if (!t.defined() || !t.has_storage()) continue;
-    if (seen.insert(t.storage().unsafeGetStorageImpl()).second) {
-      bytes += allocatedBytes(t.storage());
-    }
-  }
-  return bytes;
-}
-
 int64_t sharedStorageBytes(const Tensors& outputs, const Tensors& inputs) {
   std::unordered_set<const void*> held;
   for (const auto& t : inputs) {

@@ -1,6 +1,5 @@
 // Storage sharing, for the profile pass: takes the tensors a stage reads and returns, and says
 // which storages they share, as the solver's sizes count them.
-//   storageBytes        bytes of the distinct storages behind some tensors
 //   sharedStorageBytes  of those behind a stage's outputs, the bytes its inputs hold too
 //   SpanTracker         the activations' spans (solver::Span), fed a^0, a^1, ... in order
 //   GradientSources     which storage each gradient B(l) returns lies in: one handed to B (a
@@ -20,11 +19,12 @@
 #include <vector>
 
 #include "runtime/chain_arguments.h"
+#include "runtime/probes/memory_probe.h"
 #include "solver/costs.h"
 
 namespace jitckpt {
 
-int64_t storageBytes(const Tensors& tensors);
+using probes::storageBytes;  // bytes of the distinct storages behind some tensors
 int64_t sharedStorageBytes(const Tensors& outputs, const Tensors& inputs);
 
 // A storage that leaves the activations and comes back starts a new span (never shared).

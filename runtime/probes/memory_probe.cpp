@@ -3,6 +3,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <unordered_set>
+
 #include "runtime/probes/counting_allocator.h"
 #include "runtime/probes/cuda_probe.h"
 
@@ -28,6 +30,17 @@ int64_t allocatedBytes(c10::Device device, int64_t nbytes) {
   if (!device.is_cuda()) return nbytes;
   constexpr int64_t kCudaBlockBytes = 512;  // the caching allocator's kMinBlockSize
   return (nbytes + kCudaBlockBytes - 1) / kCudaBlockBytes * kCudaBlockBytes;
+}
+
+int64_t storageBytes(const std::vector<at::Tensor>& tensors) {
+  std::unordered_set<const void*> seen;
+  int64_t bytes = 0;
+  for (const auto& t : tensors) {
+    if (!t.defined() || !t.has_storage()) continue;
+    if (seen.insert(t.storage().unsafeGetStorageImpl()).second)
+      bytes += allocatedBytes(t.storage().device(), static_cast<int64_t>(t.storage().nbytes()));
+  }
+  return bytes;
 }
 
 [[noreturn]] void failUnmeasurable(c10::Device device) {

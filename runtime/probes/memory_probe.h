@@ -4,10 +4,12 @@
 // when LibTorch has CUDA).
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace jitckpt::probes {
 
@@ -29,6 +31,11 @@ class MemoryProbe {
 // reads off tensors rather than measures (outputs, gradients) go through it, so that they add up
 // with what the probe measured; else each small tensor is a block short on CUDA.
 int64_t allocatedBytes(c10::Device device, int64_t nbytes);
+
+// allocatedBytes of the distinct storages behind `tensors` (undefined ones and those without
+// storage count nothing): what the profile records of a stage's outputs (wa), and what a call
+// compares its own with.
+int64_t storageBytes(const std::vector<at::Tensor>& tensors);
 
 // On the CPU the probe installs the counting allocator for its own lifetime (see
 // counting_allocator.h): create it before the tensors whose frees it must see. Throws for CUDA
