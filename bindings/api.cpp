@@ -126,6 +126,7 @@ py::dict solutionInfo(const jitckpt::Plan& plan) {
   py::list labels;
   for (const auto& stage : plan.stages().stages()) labels.append(stage.label);
   info["labels"] = labels;
+  info["stages_sized_by_data"] = plan.stages().stagesSizedByData();
   info["requested_limit"] = s.requested_limit.toString();
   info["slots"] = s.slots;
   if (s.deferred) return info;
@@ -183,6 +184,10 @@ py::dict planInfo(const torch::jit::Module& module) {
   if (plan->deferred()) {
     auto made = plan->variants().latest();
     info = solutionInfo(made ? *made : *plan);
+  } else if (plan->variants().replacedPlanned()) {  // by a plan for larger sizes of its data
+    std::lock_guard<std::mutex> lock(plan->variants().mutex());
+    auto replaced = plan->variants().find(plan->solution().input_key);
+    info = solutionInfo(replaced ? *replaced : *plan);
   } else {
     info = solutionInfo(*plan);
   }

@@ -17,8 +17,8 @@ namespace {
 
 class ProfilingReplanner final : public Replanner {
  public:
-  c10::intrusive_ptr<Plan> replan(const Plan& planned,
-                                  const ChainArguments& arguments) const override {
+  c10::intrusive_ptr<Plan> replan(const Plan& planned, const ChainArguments& arguments,
+                                  const Plan* at_least) const override {
     const Solution& old = planned.solution();
     // A deferred plan's first profile is the one the user waits for: shown on a terminal (or
     // when asked); the re-plans of a planned module stay quiet beside their warning.
@@ -31,6 +31,7 @@ class ProfilingReplanner final : public Replanner {
     options.repeats = old.profile_repeats;
     const auto start = std::chrono::steady_clock::now();
     solver::Costs costs = profileStages(planned.sharedStages(), arguments, options).costs;
+    if (at_least) costs = solver::largestOf(costs, at_least->solution().costs);
     const InputKey key = inputKey(planned.stages(), arguments);
     SolveOptions solve_options{old.strategy, old.slots, old.segments, old.given};
     solve_options.epilogue_gradient_bytes = old.epilogue_gradient_bytes;
@@ -53,6 +54,10 @@ class ProfilingReplanner final : public Replanner {
       return plan;
     } catch (const c10::Error& e) {
       const std::string message = e.what_without_backtrace();
+      TORCH_CHECK(!at_least, "jitckpt: the memory limit ", old.requested_limit.toString(),
+                  " cannot hold the chain at the larger sizes this call's data gives its tensors ",
+                  "(inputs [", key.str(), "]): ", message,
+                  ". Give a larger limit, or the limit as a fraction");
       if (planned.deferred() && message.find(key.str()) != std::string::npos) throw;
       TORCH_CHECK(!planned.deferred(), "jitckpt: planning for inputs [", key.str(),
                   "] at the limit ", old.requested_limit.toString(), ": ", message);

@@ -135,25 +135,35 @@ bool groupsStages() {
 }
 
 // Under autocast each stage keeps its casts of the weights only while it runs, as the plan
-// counts them, in a group too.
-RunAs trainingRun() {
+// counts them, in a group too. Where the data may set the sizes of the chain's tensors and the
+// plan has a limit, every stage runs apart, so that the executor sees each stage's outputs grow.
+RunAs trainingRun(const Plan& plan) {
   if (!groupsStages()) return RunAs::EveryStage;
+  if (!plan.stages().stagesSizedByData().empty() &&
+      plan.solution().requested_limit.kind != solver::MemoryLimit::Kind::Unlimited)
+    return RunAs::EveryStage;
   const AutocastState autocast = AutocastState::current();
   return autocast.cpu || autocast.cuda ? RunAs::GroupedUnderAutocast : RunAs::Grouped;
 }
 
 // The call's executor, made as a custom Function's forward runs, without grad modes (a plan for
 // new input shapes is profiled and solved here).
+// `grew`: the call ran before and its data made larger tensors than the plan it ran had: a plan
+// for the larger sizes replaces that one.
 c10::intrusive_ptr<ScheduleExecutor> executorFor(at::TensorList inputs,
                                                  at::TensorList lifted_tensors,
                                                  const c10::List<c10::IValue>& lifted_scalars,
-                                                 const c10::intrusive_ptr<Plan>& plan) {
+                                                 const c10::intrusive_ptr<Plan>& plan,
+                                                 const StageOutputsGrew* grew = nullptr,
+                                                 const c10::intrusive_ptr<Plan>& ran = {}) {
   c10::AutoGradMode no_grad(false);
   c10::AutoFwGradMode no_forward_grad(false);
   ChainArguments arguments = argumentsOf(inputs, lifted_tensors, lifted_scalars);
   // Other input shapes than the planned ones get their own plan (made once).
-  auto active = planForArguments(plan, arguments);
-  return c10::make_intrusive<ScheduleExecutor>(active, std::move(arguments), trainingRun());
+  auto active =
+      grew ? planForLargerSizes(plan, ran, arguments, *grew) : planForArguments(plan, arguments);
+  const RunAs how = trainingRun(*active);
+  return c10::make_intrusive<ScheduleExecutor>(active, std::move(arguments), how);
 }
 
 struct ChainFunction : public torch::autograd::Function<ChainFunction> {
@@ -290,6 +300,18 @@ class BufferRollback {
   std::vector<Group> groups_;
 };
 
+// A training call on its executor: the unmodified model's own schedule where the plan has no
+// recomputation (its graph, recorded as the model records it, costs the host no custom Function
+// and no leaves, and autograd's own backward is the schedule's), else the schedule, forward here
+// and the rest in the chain's backward.
+std::vector<at::Tensor> runTraining(at::TensorList inputs, at::TensorList lifted_tensors,
+                                    const c10::intrusive_ptr<ScheduleExecutor>& executor) {
+  if (executor->recordsOnce()) return executor->runRecordedOnce();
+  auto output_gradients = c10::make_intrusive<OutputGradients>();
+  return handOffOutputs(ChainFunction::apply(inputs, lifted_tensors, executor, output_gradients),
+                        output_gradients);
+}
+
 bool anyRequiresGrad(at::TensorList tensors) {
   for (const auto& t : tensors) {
     if (t.requires_grad()) return true;
@@ -317,12 +339,18 @@ std::vector<at::Tensor> chainAutograd(at::TensorList inputs, at::TensorList lift
       return chainInference(inputs, lifted_tensors, lifted_scalars, plan);
     }
     auto executor = executorFor(inputs, lifted_tensors, lifted_scalars, plan);
-    // The unmodified model's own schedule: its graph, recorded as the model records it, costs the
-    // host no custom Function and no leaves, and autograd's own backward is the schedule's.
-    if (executor->recordsOnce()) return executor->runRecordedOnce();
-    auto output_gradients = c10::make_intrusive<OutputGradients>();
-    return handOffOutputs(ChainFunction::apply(inputs, lifted_tensors, executor, output_gradients),
-                          output_gradients);
+    try {
+      return runTraining(inputs, lifted_tensors, executor);
+    } catch (const StageOutputsGrew& grew) {
+      // The call runs again from where it began, on a plan for its larger sizes; the new plan's
+      // costs hold this call's outputs, so it does not grow again.
+      rollback.restore();
+      executor->restoreRandomStateOfCallStart();
+      const c10::intrusive_ptr<Plan> ran = executor->sharedPlan();
+      executor.reset();
+      executor = executorFor(inputs, lifted_tensors, lifted_scalars, plan, &grew, ran);
+      return runTraining(inputs, lifted_tensors, executor);
+    }
   } catch (...) {  // out of memory, or any stage's error: the buffers go back to where they were
     rollback.restore();
     throw;

@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <string>
 
+#include "runtime/probes/memory_probe.h"
 #include "solver/baselines.h"
+#include "solver/memory_limit.h"
 
 namespace jitckpt {
 namespace {
@@ -23,6 +25,14 @@ Tensors detachAll(const Tensors& tensors) {
 }
 
 }  // namespace
+
+StageOutputsGrew::StageOutputsGrew(int stage, int64_t bytes, int64_t planned)
+    : std::runtime_error("stage " + std::to_string(stage) + "'s outputs take " +
+                         solver::formatBytes(bytes) + " where the plan has " +
+                         solver::formatBytes(planned)),
+      stage(stage),
+      bytes(bytes),
+      planned(planned) {}
 
 ScheduleExecutor::ScheduleExecutor(c10::intrusive_ptr<Plan> plan, ChainArguments arguments,
                                    RunAs how)
@@ -37,6 +47,11 @@ ScheduleExecutor::ScheduleExecutor(c10::intrusive_ptr<Plan> plan, ChainArguments
   a_[0] = detachAll(runner_.arguments().inputs);
   lifted_grads_.resize(runner_.arguments().lifted_tensors.size());
   const auto& schedule = chain_->schedule;
+  const Solution& solution = plan_->solution();
+  // Elsewhere the sizes follow from the input key's shapes alone.
+  checks_sizes_ = !plan_->stages().stagesSizedByData().empty() &&
+                  solution.requested_limit.kind != solver::MemoryLimit::Kind::Unlimited &&
+                  solution.costs.wa.size() > static_cast<size_t>(plan_->numStages());
   last_read_.assign(L_, schedule.size());
   for (size_t i = 0; i < schedule.size(); ++i) {
     const int l = schedule[i].stage;
@@ -49,6 +64,15 @@ void ScheduleExecutor::releaseAfterLastRead(size_t index) {
   const int l = op.stage;
   if (op.kind == solver::OpKind::Backward || l < 2 || l > L_ || last_read_[l - 1] != index) return;
   if (abar_[l - 1]) abar_[l - 1]->releaseOutputs();
+}
+
+void ScheduleExecutor::checkOutputSizes(int l, const Tensors& outputs) const {
+  if (!checks_sizes_ || l > L_) return;
+  const int planned =
+      solver::lastStageOf(chain_->first, static_cast<size_t>(l - 1), plan_->numStages());
+  const int64_t expected = plan_->solution().costs.wa[static_cast<size_t>(planned)];
+  const int64_t bytes = probes::storageBytes(outputs);
+  if (bytes > expected) throw StageOutputsGrew(planned, bytes, expected);
 }
 
 const Tensors& ScheduleExecutor::stageInput(int l) const {
@@ -80,6 +104,7 @@ Tensors ScheduleExecutor::runRecordedOnce() {
   for (int l = 1; l <= L_; ++l) {
     RECORD_USER_SCOPE("jitckpt::Fall");
     current = runner_.wholeGraphForward(l, current, /*side_leaves=*/nullptr);
+    checkOutputSizes(l, current);
   }
   return current;
 }
@@ -99,12 +124,14 @@ void ScheduleExecutor::execute(const solver::Op& op) {
       RECORD_USER_SCOPE("jitckpt::Fall");
       abar_[l] = runner_.recordedForward(l, stageInput(l));
       a_[l].reset();  // abar^l holds a^l
+      checkOutputSizes(l, abar_[l]->outputs);
       break;
     }
     case OpKind::ForwardCheck:
     case OpKind::ForwardNone: {
       RECORD_USER_SCOPE(op.kind == OpKind::ForwardNone ? "jitckpt::Fn" : "jitckpt::Fck");
       Tensors outputs = runner_.forward(l, stageInput(l));
+      checkOutputSizes(l, outputs);
       if (op.kind == OpKind::ForwardNone) a_[l - 1].reset();  // abar^{l-1}, if held, stays
       a_[l] = std::move(outputs);
       break;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,16 @@
 
 namespace jitckpt {
 
+// Thrown by a training call where a stage's outputs take more bytes than the plan's costs say
+// (solver::Costs::wa): the call's data sets the sizes of the chain's tensors (a boolean mask,
+// nonzero), and the plan holds for the smaller ones it was profiled on. chainAutograd plans again
+// for the larger sizes and runs the call once more.
+struct StageOutputsGrew : public std::runtime_error {
+  StageOutputsGrew(int stage, int64_t bytes, int64_t planned);
+  int stage;  // planned stage (1-based)
+  int64_t bytes, planned;
+};
+
 class ScheduleExecutor : public torch::CustomClassHolder {
  public:
   // `how`: the plan's stages as the call runs them (Plan::chainToRun).
@@ -22,6 +33,7 @@ class ScheduleExecutor : public torch::CustomClassHolder {
 
   const ChainArguments& arguments() const { return runner_.arguments(); }
   const Plan& plan() const { return *plan_; }  // its stages as planned, not as grouped
+  const c10::intrusive_ptr<Plan>& sharedPlan() const { return plan_; }
 
   // Runs the stages straight through without saving anything (inference, or nothing needs grad).
   Tensors runInference();
@@ -35,6 +47,9 @@ class ScheduleExecutor : public torch::CustomClassHolder {
   Tensors runRecordedOnce();
   // The schedule up to the first B; returns detached aliases of the chain outputs.
   Tensors runForward();
+  // Puts the random generators back to where they were when the call began (before its first
+  // random stage ran), so that the call can run again as it would have: after StageOutputsGrew.
+  void restoreRandomStateOfCallStart() { runner_.restoreFirstRandomState(); }
   // The rest of the schedule. Returns one gradient per chain input, then one per lifted tensor
   // (undefined where none; the sum over the stages that read it).
   Tensors runBackward(Tensors output_grads);  // moved in: B(L) frees them
@@ -58,6 +73,10 @@ class ScheduleExecutor : public torch::CustomClassHolder {
   // last forward of stage l to read it (its graph keeps what it saved).
   void releaseAfterLastRead(size_t index);
   void checkOutputGrads(const Tensors& grads) const;  // one per output, undefined where none
+  // Throws StageOutputsGrew where the outputs of the call's stage (group) l take more bytes than
+  // the plan's costs give its last planned stage; checked only where the plan has a limit and
+  // stages sized by data (ChainStages::stagesSizedByData).
+  void checkOutputSizes(int l, const Tensors& outputs) const;
 
   c10::intrusive_ptr<Plan> plan_;
   RunAs how_;
@@ -71,7 +90,8 @@ class ScheduleExecutor : public torch::CustomClassHolder {
   size_t next_op_ = 0;
   // Per l in 0..L-1: the index of the schedule's last forward op of stage l+1 (which reads a^l).
   std::vector<size_t> last_read_;
-  size_t num_outputs_ = 0;  // chain outputs, one gradient each (undefined where none)
+  size_t num_outputs_ = 0;     // chain outputs, one gradient each (undefined where none)
+  bool checks_sizes_ = false;  // see checkOutputSizes
 };
 
 }  // namespace jitckpt

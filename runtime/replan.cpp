@@ -1,6 +1,8 @@
 // planForArguments and the installed Replanner (see replan.h).
 #include "runtime/replan.h"
 
+#include "runtime/executor.h"
+
 namespace jitckpt {
 namespace {
 
@@ -39,8 +41,13 @@ c10::intrusive_ptr<Plan> planForArguments(const c10::intrusive_ptr<Plan>& plan,
                                           const ChainArguments& arguments) {
   const InputKey key = inputKey(plan->stages(), arguments);
   const InputKey& planned = plan->solution().input_key;
-  if (!plan->deferred() && (planned.shapes.empty() || key.matches(planned))) return plan;
   PlanVariants& variants = plan->variants();
+  if (!plan->deferred() && (planned.shapes.empty() || key.matches(planned))) {
+    if (!variants.replacedPlanned()) return plan;
+    std::lock_guard<std::mutex> lock(variants.mutex());
+    auto found = variants.find(key);
+    return found ? found : plan;
+  }
   std::lock_guard<std::mutex> lock(variants.mutex());
   if (auto found = variants.find(key)) return found;
   if (plan->deferred()) {
@@ -57,9 +64,32 @@ c10::intrusive_ptr<Plan> planForArguments(const c10::intrusive_ptr<Plan>& plan,
                plan->solution().requested_limit.toString(),
                " (once per new shape, dtype, device or autocast dtype)");
   }
-  auto variant = installed()->replan(*plan, arguments);
+  auto variant = installed()->replan(*plan, arguments, nullptr);
   variants.add(key, variant);
   return variant;
+}
+
+c10::intrusive_ptr<Plan> planForLargerSizes(const c10::intrusive_ptr<Plan>& plan,
+                                            const c10::intrusive_ptr<Plan>& active,
+                                            const ChainArguments& arguments,
+                                            const StageOutputsGrew& grew) {
+  const InputKey key = inputKey(plan->stages(), arguments);
+  TORCH_CHECK(installed(), "jitckpt: this call's data makes larger tensors than the plan's (",
+              grew.what(), ") and re-planning needs the jitckpt passes library: import jitckpt, ",
+              "or link libjitckpt");
+  TORCH_WARN("jitckpt: ", grew.what(), " (", active->solution().input_key.str(),
+             "): the data sets the sizes of this chain's tensors (a boolean mask, nonzero, "
+             "unique). Profiling and solving again at the limit ",
+             plan->solution().requested_limit.toString(),
+             " for the larger sizes, kept with the earlier ones; this happens again only "
+             "where later data makes larger tensors still. To plan once, plan with the data "
+             "that makes the largest tensors (an all-true mask)");
+  PlanVariants& variants = plan->variants();
+  std::lock_guard<std::mutex> lock(variants.mutex());
+  auto grown = installed()->replan(*plan, arguments, active.get());
+  variants.add(key, grown);
+  if (!plan->deferred() && key.matches(plan->solution().input_key)) variants.setReplacedPlanned();
+  return grown;
 }
 
 }  // namespace jitckpt

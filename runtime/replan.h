@@ -7,6 +7,7 @@
 // so when it loads).
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,13 +18,17 @@
 
 namespace jitckpt {
 
+struct StageOutputsGrew;  // executor.h
+
 class Replanner {
  public:
   virtual ~Replanner() = default;
   // A plan of `planned`'s stages for `arguments` (whose input key differs from the planned one),
-  // at the same requested limit and strategy. Throws (TORCH_CHECK) when none fits.
-  virtual c10::intrusive_ptr<Plan> replan(const Plan& planned,
-                                          const ChainArguments& arguments) const = 0;
+  // at the same requested limit and strategy. Throws (TORCH_CHECK) when none fits. With
+  // `at_least`, a plan for the same key whose sizes the arguments' data exceeded: the new costs
+  // take each size the larger of the two (solver::largestOf), so that the plan holds for both.
+  virtual c10::intrusive_ptr<Plan> replan(const Plan& planned, const ChainArguments& arguments,
+                                          const Plan* at_least) const = 0;
 };
 
 // Installs the replanner for the process (the last one installed wins).
@@ -34,6 +39,14 @@ void installReplanner(std::unique_ptr<Replanner> replanner);
 c10::intrusive_ptr<Plan> planForArguments(const c10::intrusive_ptr<Plan>& plan,
                                           const ChainArguments& arguments);
 
+// After StageOutputsGrew: a plan for the arguments at the larger sizes their data gave, holding
+// those of `active` (the plan the call ran) too, made once and used for their input key from
+// then on. Warns, naming the stage; throws (TORCH_CHECK) when no schedule fits the limit.
+c10::intrusive_ptr<Plan> planForLargerSizes(const c10::intrusive_ptr<Plan>& plan,
+                                            const c10::intrusive_ptr<Plan>& active,
+                                            const ChainArguments& arguments,
+                                            const StageOutputsGrew& grew);
+
 // The plans made from one plan, by input shapes.
 class PlanVariants {
  public:
@@ -41,12 +54,17 @@ class PlanVariants {
   void add(const InputKey& key, c10::intrusive_ptr<Plan> plan);
   std::vector<c10::intrusive_ptr<Plan>> all() const;  // in key order
   c10::intrusive_ptr<Plan> latest() const;            // the last one made; null when none
-  std::mutex& mutex() const { return mutex_; }        // held while a variant is being made
+  // Whether a plan replaced the planned one for its own key (planForLargerSizes): read without
+  // the mutex, so that the calls of a plan that never grew take no lock.
+  bool replacedPlanned() const { return replaced_planned_.load(); }
+  void setReplacedPlanned() { replaced_planned_.store(true); }
+  std::mutex& mutex() const { return mutex_; }  // held while a variant is being made
 
  private:
   mutable std::mutex mutex_;
   std::map<InputKey, c10::intrusive_ptr<Plan>> plans_;
   c10::intrusive_ptr<Plan> latest_;
+  std::atomic<bool> replaced_planned_{false};
 };
 
 }  // namespace jitckpt

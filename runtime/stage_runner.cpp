@@ -250,6 +250,16 @@ bool StageRunner::entersAsLeaf(size_t k) const {
   return t.defined() && t.requires_grad();
 }
 
+// Stages first run in order (each reads the one before), so the first state held is the oldest.
+void StageRunner::restoreFirstRandomState() const {
+  for (const auto& state : rng_) {
+    if (state) {
+      state->restore();
+      return;
+    }
+  }
+}
+
 Tensors StageRunner::run(int l, const Tensors& activations, Mode mode, SideLeaves* side_leaves) {
   const StageSpec& stage = stages_->stage(l);
   const bool recomputation = ran_[l];

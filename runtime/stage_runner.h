@@ -167,6 +167,10 @@ class StageRunner {
   // unmodified model's graph.
   Tensors wholeGraphForward(int l, const Tensors& activations, SideLeaves* side_leaves);
 
+  // Puts the random generators back to the state the first random stage of the call found (as
+  // the call began); nothing where none ran.
+  void restoreFirstRandomState() const;
+
   // The lifted tensors of stage l that get gradients (parameters, and tensors computed before
   // the chain that require grad).
   Tensors gradientTargets(int l) const;

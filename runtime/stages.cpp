@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "runtime/compat.h"
+#include "runtime/data_sizes.h"
 #include "runtime/weight_operands.h"
 
 namespace jitckpt {
@@ -273,6 +274,7 @@ ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<Lifte
     cast_lifted_.push_back(std::move(cast));
     random_.push_back(containsNode(stage.graph->block(), drawsRandomNumbers));
     recurrent_dropout_.push_back(containsNode(stage.graph->block(), dropsOutBetweenLayers));
+    if (makesTensorsSizedByData(stage, lifted_)) sized_by_data_.push_back(static_cast<int>(s) + 1);
     std::vector<bool> may_require_grad;
     for (size_t k : stage.lifted)
       may_require_grad.push_back(lifted_[k].kind == LiftedKind::Parameter ||

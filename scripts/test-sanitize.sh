@@ -3,7 +3,8 @@
 # nothing else) with AddressSanitizer and UBSan in build-asan, and runs the Python exactness tests
 # against them in Debian's /usr/bin/python3 (the one with torch) with ASan's runtime preloaded:
 # test_checkpoint.py, test_layout_exactness.py,
-# test_faults.py, test_autograd_contracts.py, autocast's casts (test_mixed_precision.py), then
+# test_faults.py, test_autograd_contracts.py, autocast's casts (test_mixed_precision.py), tensors
+# sized by data (test_sizes_from_data.py), then
 # the differential fuzzer's first 20 models. Fails on any ASan or UBSan report, in the tests'
 # subprocesses too. Arguments are further pytest arguments (more files, -k ...); run_python runs
 # any other Python command the same way. About 2.5 minutes to build on 2 cores from nothing and
@@ -72,13 +73,16 @@ run_python() {
 # (test_checkpoint); boundaries with strided layouts and shared parameters (test_layout_exactness);
 # allocation failures at every point of a step, two threads (test_faults); autograd.grad, hooks,
 # retain_graph (test_autograd_contracts); autocast's casts kept to a stage, a weight several stages
-# cast (test_mixed_precision). --capture=sys: a process that UBSan halts loses what
+# cast (test_mixed_precision); a call whose data makes larger tensors than its plan's, run again
+# on a new plan or refused (test_sizes_from_data). --capture=sys: a process that UBSan halts loses what
 # pytest captured at the level of file descriptors, its report included.
 run_python -m pytest -q -p no:cacheprovider --capture=sys test/python/test_checkpoint.py \
   test/python/test_layout_exactness.py test/python/test_faults.py \
   test/python/test_autograd_contracts.py \
   test/python/test_mixed_precision.py::test_casts_do_not_pile_up_over_the_forward \
   test/python/test_mixed_precision.py::test_a_weight_several_stages_cast_is_named_and_gets_its_gradient \
+  "test/python/test_sizes_from_data.py::test_larger_data_plans_again_and_trains_bit_for_bit_within_the_limit[example_inputs-min]" \
+  test/python/test_sizes_from_data.py::test_a_byte_limit_too_small_for_the_larger_data_says_so_and_loses_nothing \
   "$@"
 
 # The differential fuzzer's first models (test/fuzz/): every strategy, random schedules, limits,

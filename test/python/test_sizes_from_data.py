@@ -1,0 +1,175 @@
+"""Tensors sized by the data: a model that keeps only the valid tokens (x[mask]) makes tensors as
+large as its mask has true entries, which the input shapes do not say. A plan profiled on a batch
+with few of them would hold many times its limit on a batch with many. The call that makes
+larger tensors than its plan's is planned again at the larger sizes (each stage's costs the larger
+of the two profiles) and runs again from where it began, with a warning: its gradients are the
+unmodified model's, bit for bit, its step peak within the new plan's limit, and a later smaller
+batch keeps that plan."""
+import warnings
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+import jitckpt
+
+import families
+
+B, T, D = 8, 256, 32
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.BatchNorm1d(D)  # over the valid tokens: its statistics move once per step
+        self.up = nn.Linear(D, 4 * D)
+        self.drop = nn.Dropout(0.1)  # the call that runs again draws the same masks
+        self.down = nn.Linear(4 * D, D)
+
+    def forward(self, h: Tensor) -> Tensor:
+        return h + self.down(self.drop(torch.relu(self.up(self.norm(h)))))
+
+
+class ValidTokens(nn.Module):
+    """The valid tokens of a padded batch, through residual blocks: (number of valid tokens, 1)."""
+
+    def __init__(self, blocks: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Linear(D, D)
+        self.drop = nn.Dropout(0.1)  # drawn before the call finds its tensors larger
+        self.blocks = nn.ModuleList([Block() for _ in range(blocks)])
+        self.head = nn.Linear(D, 1)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        h = self.drop(self.embed(x))[mask]
+        for block in self.blocks:
+            h = block(h)
+        return self.head(h)
+
+
+def make() -> torch.jit.ScriptModule:
+    torch.manual_seed(0)
+    return torch.jit.script(ValidTokens().train())
+
+
+def batch(valid: float, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(B, T, D, generator=g), torch.rand(B, T, generator=g) < valid
+
+
+FEW, MANY, MOST, SOME = batch(0.1, 1), batch(0.6, 2), batch(0.9, 3), batch(0.3, 4)
+
+
+def loss(output: Tensor) -> Tensor:
+    return output.pow(2).mean()
+
+
+def train(model, batches):
+    """Output, gradients and buffers after each step (forward as the unmodified model runs)."""
+    records = []
+    for seed, inputs in enumerate(batches):
+        torch.manual_seed(seed)
+        model.zero_grad(set_to_none=True)
+        with torch.jit.optimized_execution(False):
+            output = model(*inputs)
+            loss(output).backward()
+        records.append((output.detach().clone(), {n: p.grad.clone() for n, p in model.named_parameters()},
+                        {n: b.clone() for n, b in model.named_buffers()}))
+    return records
+
+
+def assert_same(reference, other):
+    for step, ((out_a, grads_a, bufs_a), (out_b, grads_b, bufs_b)) in enumerate(zip(reference, other)):
+        assert torch.equal(out_a, out_b), f"step {step + 1}: outputs differ"
+        for n in grads_a:
+            assert torch.equal(grads_a[n], grads_b[n]), f"step {step + 1}: gradient of {n} differs"
+        for n in bufs_a:
+            assert torch.equal(bufs_a[n], bufs_b[n]), f"step {step + 1}: buffer {n} differs"
+
+
+def plan_in_use(model) -> dict:
+    """The plan the model's next call with these shapes runs."""
+    return jitckpt.plan(model)
+
+
+def step_peak(model, inputs) -> int:
+    model.zero_grad(set_to_none=True)
+    with torch.jit.optimized_execution(False):
+        with jitckpt.cpu_memory() as memory:
+            loss(model(*inputs)).backward()
+    return memory.peak + families.caller_held_bytes(model, inputs)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    batches = [FEW, MANY, SOME, MOST, FEW]
+    first, second = train(make(), batches), train(make(), batches)
+    assert_same(first, second)  # the unmodified model repeats itself
+    return batches, first
+
+
+def test_the_stage_that_indexes_with_the_mask_is_found():
+    model = jitckpt.checkpoint(make(), FEW, memory_limit=None, profile_repeats=1)
+    info = jitckpt.plan(model)
+    assert info["stages_sized_by_data"] == [1], info["text"]
+    assert info["num_stages"] >= 4
+
+
+@pytest.mark.parametrize("limit", ["min", 0.7])
+@pytest.mark.parametrize("deferred", [False, True], ids=["example_inputs", "deferred"])
+def test_larger_data_plans_again_and_trains_bit_for_bit_within_the_limit(reference, limit, deferred):
+    batches, expected = reference
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = jitckpt.checkpoint(make(), None if deferred else FEW, memory_limit=limit, profile_repeats=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        records = train(model, batches)
+    grew = [str(w.message) for w in caught if "the data sets the sizes" in str(w.message)]
+    # Planned on FEW: MANY and MOST each make larger tensors than any batch before; SOME and the
+    # last FEW do not.
+    assert len(grew) == 2, grew
+    assert_same(expected, records)
+    for inputs in (MOST, SOME):
+        info = plan_in_use(model)
+        outside = families.loss_held_bytes(model(*inputs), loss)
+        peak = step_peak(model, inputs)
+        assert peak <= info["memory_limit"] + outside + families.OUTSIDE_CHAIN_BYTES, \
+            f"measured {peak} bytes, limit {info['memory_limit']} ({info['num_stages']} stages)"
+
+
+def test_the_plan_for_the_larger_sizes_is_the_one_reported_and_kept():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = jitckpt.checkpoint(make(), FEW, memory_limit="min", profile_repeats=1)
+        first = jitckpt.plan(model)["memory_limit"]
+        train(model, [MANY])
+        grown = jitckpt.plan(model)["memory_limit"]
+    assert grown > 2 * first
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: FEW fits the plan for MANY
+        train(model, [FEW, SOME])
+    assert jitckpt.plan(model)["memory_limit"] == grown
+
+
+def test_a_byte_limit_too_small_for_the_larger_data_says_so_and_loses_nothing():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        planned = jitckpt.checkpoint(make(), FEW, memory_limit="min", profile_repeats=1)
+        model = jitckpt.checkpoint(make(), FEW, memory_limit=jitckpt.plan(planned)["memory_limit"],
+                                   reuse_profile_of=planned)
+    buffers = {n: b.clone() for n, b in model.named_buffers()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(RuntimeError, match="larger sizes this call's data gives"):
+            model(*MOST)
+    for n, b in model.named_buffers():
+        assert torch.equal(b, buffers[n]), f"{n} moved in the refused call"
+
+
+def test_without_a_limit_nothing_is_planned_again():
+    model = jitckpt.checkpoint(make(), FEW, memory_limit=None, profile_repeats=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        train(model, [MOST])
+    assert jitckpt.plan(model)["variants"] == []
