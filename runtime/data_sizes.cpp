@@ -48,17 +48,18 @@ class ModelState {
 
 const std::unordered_set<std::string>& alwaysSizedByData() {
   static const std::unordered_set<std::string> kinds = {
-      "aten::nonzero", "aten::nonzero_numpy", "aten::argwhere",  "aten::masked_select",
-      "aten::unique",  "aten::_unique",       "aten::_unique2",  "aten::unique_dim",
-      "aten::unique_consecutive"};
+      "aten::nonzero",       "aten::nonzero_numpy", "aten::argwhere",
+      "aten::masked_select", "aten::unique",        "aten::_unique",
+      "aten::_unique2",      "aten::unique_dim",    "aten::unique_consecutive"};
   return kinds;
 }
 
 // Ops that read a tensor as a number, which the graph may use as a size.
 const std::unordered_set<std::string>& readAsNumber() {
   static const std::unordered_set<std::string> kinds = {
-      "aten::item",          "aten::Int",          "aten::Float",  "aten::IntImplicit",
-      "aten::FloatImplicit", "aten::ScalarImplicit", "aten::tolist", "prim::tolist"};
+      "aten::item",        "aten::Int",           "aten::Float",
+      "aten::IntImplicit", "aten::FloatImplicit", "aten::ScalarImplicit",
+      "aten::tolist",      "prim::tolist"};
   return kinds;
 }
 
@@ -88,8 +89,9 @@ bool sizedByData(const Node* n, ModelState& state) {
     }
     return false;
   }
-  if (kind == "aten::where") return n->inputs().size() == 1;  // where(condition) is nonzero
-  if (kind == "aten::repeat_interleave")  // with a tensor of repeats
+  // where(condition) alone is nonzero; repeat_interleave with a tensor of repeats
+  if (kind == "aten::where") return n->inputs().size() == 1;
+  if (kind == "aten::repeat_interleave")
     return n->inputs().size() == 1 || (n->inputs().size() >= 2 && holdsTensor(n->input(1)));
   return false;
 }

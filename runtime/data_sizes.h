@@ -2,9 +2,9 @@
 // holds an op whose output size comes from the values of its inputs, not from their shapes
 // (nonzero, masked_select, unique, indexing with a tensor that the data computes, which may be a
 // boolean mask, a tensor read as a number that may become a size). An index that parameters and
-// buffers alone make (a relative position table's) is the same at every call. A call's data can then give
-// the stage larger tensors than the profile measured: the executor checks what each stage makes
-// against the plan (executor.h, StageOutputsGrew).
+// buffers alone make (a relative position table's) is the same at every call. A call's data can
+// then give the stage larger tensors than the profile measured: the executor checks what each stage
+// makes against the plan (executor.h, StageOutputsGrew).
 #pragma once
 
 #include <vector>
