@@ -166,10 +166,12 @@ StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArgumen
       devices_.push_back(t.device());
     }
   };
+  std::vector<bool> inputs_require_grad;
   for (const auto& t : arguments_.inputs) {
-    input_requires_grad_ = input_requires_grad_ || t.requires_grad();
+    inputs_require_grad.push_back(t.requires_grad());
     noteDevice(t);
   }
+  inputs_never_require_grad_ = stages_->inputsNeverRequireGrad(inputs_require_grad);
   for (const auto& t : arguments_.lifted_tensors) noteDevice(t);
   for (int l = 1; l <= stages_->size(); ++l) {
     for (size_t k : stages_->stage(l).mutated_lifted) {
@@ -350,7 +352,6 @@ RecordedStage StageRunner::recordedForward(int l, const Tensors& activations) {
   RecordedStage recorded;
   recorded.stage = l;
   recorded.first_sequence_nr = at::sequence_number::peek();
-  const bool gradient_flows = l > 1 || input_requires_grad_;
   Tensors inputs;
   for (size_t i = 0; i < activations.size(); ++i) {
     const at::Tensor& t = activations[i];
@@ -367,7 +368,7 @@ RecordedStage StageRunner::recordedForward(int l, const Tensors& activations) {
     }
     at::Tensor input = t.detach();
     torch::autograd::Edge edge;
-    if (gradient_flows && t.is_floating_point()) {
+    if (!(*inputs_never_require_grad_)[l - 1][i] && t.is_floating_point()) {
       // A node of the input's own, holding only its metadata: B captures what reaches it. A
       // leaf's AccumulateGrad would hold the input's storage as long as the graph lives.
       auto node = std::make_shared<torch::autograd::Identity>();
@@ -379,10 +380,15 @@ RecordedStage StageRunner::recordedForward(int l, const Tensors& activations) {
     inputs.push_back(std::move(input));
   }
   recorded.outputs = run(l, inputs, Mode::Record, &recorded.side_leaves);
-  for (const auto& t : recorded.outputs) {
-    recorded.output_edges.push_back(t.defined() && t.requires_grad()
-                                        ? torch::autograd::impl::gradient_edge(t)
-                                        : torch::autograd::Edge());
+  for (size_t i = 0; i < recorded.outputs.size(); ++i) {
+    const at::Tensor& t = recorded.outputs[i];
+    const bool requires_grad = t.defined() && t.requires_grad();
+    TORCH_INTERNAL_ASSERT(
+        !requires_grad || l == numStages() || !(*inputs_never_require_grad_)[l][i],
+        "jitckpt: output ", i, " of stage ", l, " (", stages_->stage(l).label,
+        ") requires grad where the analysis said it never does");
+    recorded.output_edges.push_back(requires_grad ? torch::autograd::impl::gradient_edge(t)
+                                                  : torch::autograd::Edge());
   }
   // (after gradient_edge, which makes a node for a view whose base was written in place)
   recorded.end_sequence_nr = at::sequence_number::peek();

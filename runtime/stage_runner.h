@@ -111,7 +111,6 @@ class StageRunner {
   const ChainArguments& arguments() const { return arguments_; }
   // firstPositions of the lifted tensors, computed once per runner.
   size_t firstPosition(size_t position) const { return first_positions_.at(position); }
-  bool inputRequiresGrad() const { return input_requires_grad_; }
   const std::vector<c10::Device>& devices() const { return devices_; }  // non-CPU, in use
 
   // F∅/Fck(l): outputs without an autograd graph (kept). A stage whose kernels depend on the
@@ -121,8 +120,8 @@ class StageRunner {
   // The stage as the caller's grad mode runs it, recording nothing (inference).
   Tensors inference(int l, const Tensors& activations);
   // Fall(l): the stage on detached aliases of its inputs, recording its autograd graph. An input
-  // gets a gradient edge when floating point and a gradient flows there (l > 1, or the chain
-  // input requires grad).
+  // gets a gradient edge when floating point and it may require grad in the model (one
+  // ChainStages::inputsNeverRequireGrad does not find never does, at this call).
   RecordedStage recordedForward(int l, const Tensors& activations);
   // B(l): consumes a recorded run and the gradients of its outputs (undefined: none); each
   // gradient is freed as soon as the backward is done with it, if the caller holds no copy.
@@ -197,8 +196,9 @@ class StageRunner {
   std::shared_ptr<const ChainStages> stages_;
   ChainArguments arguments_;
   BufferWrites buffer_writes_;
-  bool input_requires_grad_ = false;
   std::vector<c10::Device> devices_;
+  // ChainStages::inputsNeverRequireGrad for this call's chain inputs.
+  std::shared_ptr<const ChainStages::InputFlags> inputs_never_require_grad_;
   std::vector<size_t> first_positions_;                // firstPositions(lifted tensors)
   std::vector<bool> ran_;                              // per stage: run before in this runner
   std::vector<std::optional<RngState>> rng_;           // per stage with random ops: its first state

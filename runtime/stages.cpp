@@ -3,7 +3,6 @@
 
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
-#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/constants.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 
 #include "runtime/compat.h"
 #include "runtime/data_sizes.h"
+#include "runtime/never_requires_grad.h"
 #include "runtime/weight_operands.h"
 
 namespace jitckpt {
@@ -98,60 +98,6 @@ bool readInside(const std::vector<StageSpec>& stages, size_t i) {
   }
   return false;
 }
-
-// Which values of the stages' graphs never require grad, whatever the chain's inputs: made by
-// detach, or by ops that write nothing from constants and such values only, followed back through
-// the stages that pass them on. Anything else may (false): the chain op marks only what this
-// finds non-differentiable, as autograd leaves `h.detach() * 2` without a gradient function.
-class NeverRequiresGrad {
- public:
-  explicit NeverRequiresGrad(const std::vector<StageSpec>& stages)
-      : stages_(stages), alias_dbs_(stages.size()) {}
-
-  bool operator()(size_t s, const torch::jit::Value* v, int depth = 0) {
-    if (depth > 256) return false;  // deep: say "may", rather than recurse further
-    const auto found = memo_.find(v);
-    if (found != memo_.end()) return found->second;
-    const bool never = decide(s, v, depth);
-    memo_[v] = never;
-    return never;
-  }
-
- private:
-  bool decide(size_t s, const torch::jit::Value* v, int depth) {
-    const StageSpec& stage = stages_[s];
-    const torch::jit::Node* n = v->node();
-    if (n == stage.graph->param_node()) {  // an activation passed on by the stage before
-      if (s == 0 || v->offset() >= stage.num_activation_inputs) return false;
-      return (*this)(s - 1, stages_[s - 1].graph->outputs().at(v->offset()), depth + 1);
-    }
-    if (n->kind() == c10::prim::Constant) return true;
-    if (!n->blocks().empty() || !n->maybeSchema() || aliasDb(s).hasWriters(v)) return false;
-    if (n->kind() == c10::aten::detach) return true;
-    for (const auto& argument : n->schema().arguments()) {
-      if (argument.name() == "requires_grad") return false;
-    }
-    for (const torch::jit::Value* input : n->inputs()) {
-      const c10::TypeKind kind = input->type()->kind();
-      if (kind == c10::TypeKind::TensorType) {
-        if (!(*this)(s, input, depth + 1)) return false;
-      } else if (kind == c10::TypeKind::ListType || kind == c10::TypeKind::TupleType ||
-                 kind == c10::TypeKind::OptionalType || kind == c10::TypeKind::ClassType) {
-        return false;  // may hold a tensor that requires grad
-      }
-    }
-    return true;
-  }
-
-  torch::jit::AliasDb& aliasDb(size_t s) {
-    if (!alias_dbs_[s]) alias_dbs_[s] = std::make_unique<torch::jit::AliasDb>(stages_[s].graph);
-    return *alias_dbs_[s];
-  }
-
-  const std::vector<StageSpec>& stages_;
-  std::vector<std::unique_ptr<torch::jit::AliasDb>> alias_dbs_;
-  std::unordered_map<const torch::jit::Value*, bool> memo_;
-};
 
 }  // namespace
 
@@ -285,13 +231,24 @@ ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<Lifte
          multipliesByAComputedWeight(*stage.graph, stage.num_activation_inputs, may_require_grad)));
     stages_.push_back(std::move(stage));
   }
-  NeverRequiresGrad never_requires_grad(stages_);
   const auto& outputs = stages_.back().graph->outputs();
-  for (size_t i = 0; i < outputs.size(); ++i) {
+  for (size_t i = 0; i < outputs.size(); ++i)
     outputs_read_inside_.push_back(readInside(stages_, i));
-    outputs_never_require_grad_.push_back(never_requires_grad(stages_.size() - 1, outputs[i]));
-  }
+  outputs_never_require_grad_ = findNeverRequiresGrad(stages_, lifted_, {}, true).outputs;
   codes_.resize(stages_.size());
+}
+
+std::shared_ptr<const ChainStages::InputFlags> ChainStages::inputsNeverRequireGrad(
+    const std::vector<bool>& chain_inputs_require_grad) const {
+  std::lock_guard<std::mutex> lock(never_mutex_);
+  auto& flags = inputs_never_[chain_inputs_require_grad];
+  if (flags) return flags;
+  std::vector<bool> chain_inputs_never;
+  for (bool requires_grad : chain_inputs_require_grad) chain_inputs_never.push_back(!requires_grad);
+  auto table = std::make_shared<InputFlags>(
+      findNeverRequiresGrad(stages_, lifted_, chain_inputs_never, false).inputs);
+  flags = std::move(table);
+  return flags;
 }
 
 torch::jit::Code& ChainStages::code(int l) const {

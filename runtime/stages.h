@@ -8,6 +8,7 @@
 #include <torch/csrc/jit/runtime/interpreter.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -81,6 +82,14 @@ class ChainStages {
   // Whether chain output i never requires grad (made by detach inside the chain, or from such
   // values alone): the chain op marks it non-differentiable, as autograd leaves it in the model.
   bool outputNeverRequiresGrad(size_t i) const { return outputs_never_require_grad_.at(i); }
+  // Per stage l and activation input i (at [l - 1][i]): whether it never requires grad when the
+  // chain inputs that do are those true in `chain_inputs_require_grad` (findNeverRequiresGrad: a
+  // mask made in forward and carried across cuts). Recorded runs give such an input no gradient
+  // edge, as the model gives it none, so that kernels that choose by requires_grad (attention's)
+  // choose as in the model. Computed once per set of flags.
+  using InputFlags = std::vector<std::vector<bool>>;
+  std::shared_ptr<const InputFlags> inputsNeverRequireGrad(
+      const std::vector<bool>& chain_inputs_require_grad) const;
   // Whether stage l's outputs may depend on the value of lifted tensor k (entry j of its
   // `lifted`), not only on its identity: false where the stage only writes it in place or hands it
   // to BatchNorm as running statistics (which training reads not, and which nothing writes in
@@ -122,6 +131,8 @@ class ChainStages {
   std::vector<int> sized_by_data_;
   std::vector<bool> outputs_read_inside_;
   std::vector<bool> outputs_never_require_grad_;
+  mutable std::mutex never_mutex_;
+  mutable std::map<std::vector<bool>, std::shared_ptr<const InputFlags>> inputs_never_;
   std::vector<std::vector<bool>> reads_value_;
   std::vector<std::vector<size_t>> cast_lifted_;
   mutable std::atomic<bool> cast_warned_{false};
