@@ -37,7 +37,8 @@ SWITCH_HOW = {"seq": ["patch", "flat", "transpose"],
 # shrink moves a flag to its simplest value; extras are removed
 SIMPLE = {"stride": False, "groups": "1", "pad": True, "norm": "none", "act": "relu", "res": False, "inplace": False,
           "cl": False, "se": False, "shuffle": "cat", "causal": False, "mask": False, "fused": False, "heads": 1,
-          "layers": 1, "bidir": False, "post": False, "adrop": 0.0, "expand": 2, "ratio": 2, "variant": 0}
+          "layers": 1, "bidir": False, "post": False, "adrop": 0.0, "expand": 2, "ratio": 2, "variant": 0,
+          "mha": False}
 EXTRAS = ("skip", "drop", "count", "ema", "gate", "collect", "inline", "risky")
 RMSNORM = '''class RMSNorm(torch.nn.Module):
     def __init__(self, d: int):
@@ -267,6 +268,14 @@ def r_attn(b, st, c):  # hand-written multi-head attention, causal mask built he
     dh = D // H
     nrm = norm(c, "norm", "seq", D, b["norm"])
     c(f"h = {nrm('x') if not b['post'] else 'x'}")
+    if b.get("mha"):  # nn.MultiheadAttention (SDPA on 2.x) with a float causal mask Model made once
+        mask = f"fmask{st['s']}"
+        c.args.append(mask)
+        # (with bias=False, 1.13 cannot script it)
+        mha = c.mod("mha", f"torch.nn.MultiheadAttention({D}, {H}, dropout={b['adrop']}, batch_first=True)")
+        c(f"y = {mha}(h, h, h, attn_mask={mask}, need_weights=False)[0]")
+        c(f"x = {nrm('x + y')}" if b["post"] else "x = x + y" if b["res"] else "x = y")
+        return st
     if b["fused"]:
         c(f"q, k, v = {c.mod('qkv', lin(D, 3 * D, b['bias']))}(h).chunk(3, dim=-1)")
         split = f".reshape(x.size(0), x.size(1), {H}, {dh}).transpose(1, 2)"
@@ -497,7 +506,7 @@ def _build(spec: Spec):
         m("keep_s = x")
     if any(b.get("collect") for b in blocks):
         m("feats: List[torch.Tensor] = []")
-    aux, shared, fc = spec.get("aux"), spec.get("shared"), []
+    aux, shared, fc, fmasks = spec.get("aux"), spec.get("shared"), [], set()
     for i in range(len(blocks) + 1):
         states.append(st)
         if aux and min(aux["at"], len(blocks)) == i:
@@ -522,6 +531,10 @@ def _build(spec: Spec):
         c = Code(f"b{i}_" if b.get("inline") else "", exact=bool(b.get("risky")) or not restrided)
         st = r_switch(b, st, c, b["to"]) if b["type"] == "switch" else RENDER[b["type"]](b, st, c)
         extras(b, st, c)
+        for name in c.args:  # a float mask, made once per length before its first block, carried on
+            if name.startswith("fmask") and name not in fmasks:
+                m(f'{name} = torch.triu(torch.full([x.size(1), x.size(1)], float("-inf"), device=x.device), 1)')
+                fmasks.add(name)
         if b.get("inline"):
             m.merge(c)
         else:
@@ -631,6 +644,8 @@ def draw_block(r: random.Random, t: str, kind: str, i: int) -> dict:
          "adrop": r.choice([0.0, 0.0, 0.1]), "ratio": r.choice([2, 4]), "layers": r.choice([1, 1, 2]),
          "bidir": r.random() < 0.3}
     b = {k: v for k, v in b.items() if k in ("type", "on") or k in USES[t].split()}
+    if t == "attn" and r.random() < 0.3:
+        b["mha"] = True
     if i >= 1 and r.random() < 0.2:
         b["skip"] = {"back": r.randint(2, min(i + 1, 5)), "how": r.choice(["add", "cat"])}
     if r.random() < 0.2:
@@ -725,7 +740,7 @@ def shrink(spec: Spec) -> Iterator[Spec]:
 
 def summary(spec: Spec) -> str:
     def one(b):
-        flags = [k for k in ("causal", "mask", "res", "inplace", "stride", "cl", "se", "fused", "post", "bidir")
+        flags = [k for k in ("causal", "mask", "res", "inplace", "stride", "cl", "se", "fused", "post", "bidir", "mha")
                  if b.get(k) and (k != "mask" or spec.get("mask"))]
         flags += [k if b[k] is True else f"{k}={b[k]}" for k in EXTRAS if b.get(k) and k not in ("skip", "drop")]
         flags += [f"skip={b['skip']['how']}-{b['skip']['back']}"] if b.get("skip") else []
