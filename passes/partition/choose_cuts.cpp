@@ -244,7 +244,6 @@ std::vector<const Cut*> chooseCuts(const TopLevelNodes& top, const CandidateCuts
       "no usable cut, so the chain is a single stage (checkpointing cannot save memory on it): " +
       singleStageReason(top, first, last);
   warnings.push_back(why);
-  TORCH_WARN("jitckpt partition: ", why);  // each model that gets it (Python's filter dedups)
   return {&kept.front(), &kept.back()};
 }
 

@@ -306,6 +306,7 @@ int64_t boundaryBytes(const std::vector<Value*>& live, const ValueBytes& bytes,
   int64_t total = 0;
   for (const Value* v : live) {
     auto it = bytes.find(v);
+    if (carried_flags.count(v)) continue;        // (measured after the edits that made them)
     if (it != bytes.end()) total += it->second;  // else never holds data (see value_bytes.h)
   }
   return total;

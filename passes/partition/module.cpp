@@ -102,15 +102,26 @@ void bindOptionalTensors(const torch::jit::Module& module, Partition& partition)
 
 namespace {
 
-// What both entry points do to a forward graph before partitioning it: calls inlined, tensor-list
-// attributes bound, and, with example inputs, each value's bytes measured.
-ValueBytes inlineAndMeasure(const torch::jit::Module& module,
-                            const std::shared_ptr<torch::jit::Graph>& graph,
-                            const std::vector<c10::IValue>& example_inputs) {
+// What both entry points do to a forward graph before partitioning it: calls inlined and
+// tensor-list attributes bound.
+void prepareForward(const torch::jit::Module& module,
+                    const std::shared_ptr<torch::jit::Graph>& graph) {
   inlineAllCalls(graph);
   bindTensorListAttributes(module, *graph);
-  if (example_inputs.empty()) return ValueBytes{};
-  return measureValueBytes(module, *graph, examplesToRunOn(graph, example_inputs));
+}
+
+// Partitions `graph`, by the bytes its values hold on the example inputs where there are any
+// (measured on the graph as the partition edited it, so that what its edits make is measured
+// too), otherwise by tensor count.
+Partition partitionOnExamples(const torch::jit::Module& module,
+                              std::shared_ptr<torch::jit::Graph> graph,
+                              const PartitionOptions& options,
+                              const std::vector<c10::IValue>& example_inputs) {
+  if (example_inputs.empty()) return partitionGraph(std::move(graph), options);
+  return partitionGraphMeasured(std::move(graph), options, [&](const Partition& counted) {
+    return measureValueBytes(module, *counted.graph,
+                             examplesToRunOn(counted.graph, example_inputs));
+  });
 }
 
 }  // namespace
@@ -120,8 +131,8 @@ Partition partitionModule(const torch::jit::Module& module, const PartitionOptio
   auto method = module.find_method("forward");
   TORCH_CHECK(method, "partition: the module has no forward method");
   auto graph = method->graph()->copy();
-  const ValueBytes bytes = inlineAndMeasure(module, graph, example_inputs);
-  return partitionGraph(graph, options, bytes);
+  prepareForward(module, graph);
+  return partitionOnExamples(module, graph, options, example_inputs);
 }
 
 PartitionedClone partitionClone(const torch::jit::Module& module, const PartitionOptions& options,
@@ -135,9 +146,9 @@ PartitionedClone partitionClone(const torch::jit::Module& module, const Partitio
   // Like torch.jit.freeze: edit the clone's own forward graph in place (inlined, then taken over
   // by the partition), so that rewriteChain's edits are the clone's forward.
   auto graph = clone.get_method("forward").graph();
-  const ValueBytes bytes = inlineAndMeasure(clone, graph, example_inputs);
+  prepareForward(clone, graph);
   auto original_forward = graph->copy();
-  Partition partition = partitionGraph(graph, options, bytes);
+  Partition partition = partitionOnExamples(clone, graph, options, example_inputs);
   partition.original_forward = std::move(original_forward);
   bindOptionalTensors(clone, partition);
   return {std::move(clone), std::move(partition)};

@@ -15,29 +15,67 @@ namespace jitckpt {
 
 using torch::jit::Graph;
 
+namespace {
+
+// Steps 1 to 6: the graph edited for cutting, and its top-level positions.
+struct PreparedGraph {
+  std::shared_ptr<Graph> graph;
+  std::unique_ptr<torch::jit::AliasDb> alias_db;
+  partition_steps::TopLevelNodes top;
+};
+
+PreparedGraph prepareForCuts(std::shared_ptr<Graph> graph) {
+  TORCH_CHECK(graph, "partition: null graph");
+  partition_steps::hoistAttributesAndConstants(*graph);  // 1
+  partition_steps::splitMixedIfs(*graph);                // 2
+  partition_steps::sinkTensorLists(*graph);              // 3, before side computations are hoisted
+  auto alias_db = std::make_unique<torch::jit::AliasDb>(graph);
+  const size_t num_side_nodes = partition_steps::hoistSideComputations(*graph, *alias_db);  // 4
+  auto carried_flags = partition_steps::carryScalarsAsTensors(*graph, num_side_nodes);      // 5
+  if (!carried_flags.empty()) alias_db = std::make_unique<torch::jit::AliasDb>(graph);
+  partition_steps::TopLevelNodes top =  // 6
+      partition_steps::listTopLevel(*graph, num_side_nodes, std::move(carried_flags));
+  return {std::move(graph), std::move(alias_db), std::move(top)};
+}
+
+// Steps 7 to 10, which leave the graph as it is.
+Partition cutPrepared(const PreparedGraph& prepared, const PartitionOptions& options,
+                      const ValueBytes& bytes) {
+  const partition_steps::CandidateCuts candidates =  // 7
+      partition_steps::findCandidateCuts(prepared.top, *prepared.alias_db, bytes);
+  Partition partition;
+  partition.graph = prepared.graph;
+  partition.bytes_measured = !bytes.empty();
+  const std::vector<const partition_steps::Cut*> chosen =  // 8
+      partition_steps::chooseCuts(prepared.top, candidates,
+                                  partition_steps::countHeavyOps(prepared.top), options,
+                                  partition.warnings);
+  partition_steps::buildStages(partition, prepared.top, chosen, *prepared.alias_db);  // 9
+  partition_steps::labelStagesByModule(partition);                                    // 10
+  return partition;
+}
+
+Partition warned(Partition partition, const PartitionOptions& options) {
+  if (options.warn) {
+    for (const std::string& why : partition.warnings) TORCH_WARN("jitckpt partition: ", why);
+  }
+  return partition;
+}
+
+}  // namespace
+
 Partition partitionGraph(std::shared_ptr<Graph> graph, const PartitionOptions& options,
                          const ValueBytes& bytes) {
-  namespace steps = partition_steps;
-  TORCH_CHECK(graph, "partition: null graph");
-  steps::hoistAttributesAndConstants(*graph);  // 1
-  steps::splitMixedIfs(*graph);                // 2
-  steps::sinkTensorLists(*graph);              // 3, before side computations are hoisted
-  auto alias_db = std::make_unique<torch::jit::AliasDb>(graph);
-  const size_t num_side_nodes = steps::hoistSideComputations(*graph, *alias_db);  // 4
-  auto carried_flags = steps::carryScalarsAsTensors(*graph, num_side_nodes);      // 5
-  if (!carried_flags.empty()) alias_db = std::make_unique<torch::jit::AliasDb>(graph);
-  const steps::TopLevelNodes top =  // 6
-      steps::listTopLevel(*graph, num_side_nodes, std::move(carried_flags));
-  const steps::CandidateCuts candidates = steps::findCandidateCuts(top, *alias_db, bytes);  // 7
+  return warned(cutPrepared(prepareForCuts(std::move(graph)), options, bytes), options);
+}
 
-  Partition partition;
-  partition.graph = graph;
-  partition.bytes_measured = !bytes.empty();
-  const std::vector<const steps::Cut*> chosen =  // 8
-      steps::chooseCuts(top, candidates, steps::countHeavyOps(top), options, partition.warnings);
-  steps::buildStages(partition, top, chosen, *alias_db);  // 9
-  steps::labelStagesByModule(partition);                  // 10
-  return partition;
+Partition partitionGraphMeasured(std::shared_ptr<Graph> graph, const PartitionOptions& options,
+                                 const MeasureBytes& measure) {
+  const PreparedGraph prepared = prepareForCuts(std::move(graph));
+  Partition counted = cutPrepared(prepared, options, {});
+  const ValueBytes bytes = measure(counted);
+  return warned(bytes.empty() ? std::move(counted) : cutPrepared(prepared, options, bytes),
+                options);
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -77,6 +78,9 @@ struct PartitionOptions {
   // stem's convolution, norm and pooling apart), not only the cheapest: finer stages, more to
   // profile. Lowers the smallest limit where a gap's own backward bounds it (DenseNet).
   bool every_cut = false;
+  // TORCH_WARN each of Partition::warnings, for every model they apply to (not once per process;
+  // Python's filter drops repeats). The recut, whose rewrite warned already, does not.
+  bool warn = true;
 };
 
 // Attribute paths ("head.weight") of the tensors that the epilogue (the nodes after the chain
@@ -87,5 +91,14 @@ std::vector<std::string> epilogueAttributePaths(const Partition& partition);
 // `graph` must be inlined (no prim::CallMethod / CallFunction); it is taken over, not copied.
 Partition partitionGraph(std::shared_ptr<torch::jit::Graph> graph,
                          const PartitionOptions& options = {}, const ValueBytes& bytes = {});
+
+// Bytes of a graph's tensors measured on the chain of `counted`, its partition by tensor count.
+using MeasureBytes = std::function<ValueBytes(const Partition& counted)>;
+
+// Partitions `graph` by tensor count, hands that partition to `measure`, and cuts the same graph
+// again by the bytes it returns (the count's partition when it returns none). The region, its
+// inputs, outputs and lifted values do not depend on bytes: both partitions have the same.
+Partition partitionGraphMeasured(std::shared_ptr<torch::jit::Graph> graph,
+                                 const PartitionOptions& options, const MeasureBytes& measure);
 
 }  // namespace jitckpt

@@ -207,7 +207,6 @@ void warnIfForwardWritesItsInput(Partition& partition, const TopLevelNodes& top,
       "gradients are the same); write it out of place (x = x.mul(2) for x.mul_(2)) if later code "
       "reads the input";
   partition.warnings.push_back(why);
-  TORCH_WARN("jitckpt partition: ", why);  // every model it applies to: not once per process
 }
 
 // Label fallback for stages without parameters: the kind of its first heavy op.
