@@ -12,6 +12,7 @@
 #include "passes/partition/module.h"
 #include "passes/profile.h"
 #include "passes/prologue.h"
+#include "passes/recut.h"
 #include "passes/rewrite.h"
 #include "passes/solve.h"
 
@@ -182,9 +183,12 @@ torch::jit::Module checkpoint(const torch::jit::Module& module, const MemoryLimi
   solution.epilogue_gradient_bytes = epilogueGradientBytes(cloned.module, cloned.partition);
   auto plan = c10::make_intrusive<Plan>(chainStagesOf(cloned.partition), std::move(solution));
   plan->setVerbose(options.verbose);
+  plan->setStageSource(
+      std::make_shared<ForwardToCut>(cloned.partition.original_forward, partition_options));
   if (options.progress) {
     options.progress("partitioned forward into " + std::to_string(plan->numStages()) +
-                     " stages; planned at the first training call");
+                     " stages by tensor count; the first training call cuts them again by bytes "
+                     "and plans");
   }
   rewriteChain(cloned.module, cloned.partition, plan);
   return std::move(cloned.module);

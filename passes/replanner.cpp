@@ -9,11 +9,26 @@
 
 #include "jitckpt/jitckpt.h"  // linkedLibrary
 #include "passes/profile.h"
+#include "passes/recut.h"
 #include "passes/solve.h"
 #include "runtime/replan.h"
 
 namespace jitckpt {
 namespace {
+
+// The stages a plan for `arguments` runs: a deferred plan's cut again by the bytes of this call's
+// tensors (recut.h), those of `at_least` when its sizes must hold too (its costs are merged with
+// the new ones stage by stage), otherwise the planned stages (a given schedule is over those).
+std::shared_ptr<const ChainStages> stagesToPlan(const Plan& planned,
+                                                const ChainArguments& arguments,
+                                                const Plan* at_least) {
+  if (at_least) return at_least->sharedStages();
+  const auto* source = dynamic_cast<const ForwardToCut*>(planned.stageSource().get());
+  if (planned.deferred() && source && planned.solution().strategy != solver::Strategy::Given) {
+    if (auto recut = recutStages(*source, planned.stages(), arguments)) return recut;
+  }
+  return planned.sharedStages();
+}
 
 class ProfilingReplanner final : public Replanner {
  public:
@@ -30,7 +45,8 @@ class ProfilingReplanner final : public Replanner {
         wholeScheduleRoom(old.requested_limit, arguments, /*in_training_call=*/true);
     options.repeats = old.profile_repeats;
     const auto start = std::chrono::steady_clock::now();
-    solver::Costs costs = profileStages(planned.sharedStages(), arguments, options).costs;
+    const std::shared_ptr<const ChainStages> stages = stagesToPlan(planned, arguments, at_least);
+    solver::Costs costs = profileStages(stages, arguments, options).costs;
     if (at_least) costs = solver::largestOf(costs, at_least->solution().costs);
     const InputKey key = inputKey(planned.stages(), arguments);
     SolveOptions solve_options{old.strategy, old.slots, old.segments, old.given};
@@ -41,12 +57,12 @@ class ProfilingReplanner final : public Replanner {
       Solution solution = solveCosts(std::move(costs), old.requested_limit, solve_options, key);
       solution.outside_gradient_bytes = old.outside_gradient_bytes;
       solution.profile_repeats = old.profile_repeats;
-      auto plan = c10::make_intrusive<Plan>(planned.sharedStages(), std::move(solution));
+      auto plan = c10::make_intrusive<Plan>(stages, std::move(solution));
       if (shown) {
         const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - start;
         std::ostringstream line;  // (its own stream: precision is sticky)
         line << "jitckpt: planned for inputs [" << key.str() << "] in " << std::setprecision(3)
-             << seconds.count() << " s: limit "
+             << seconds.count() << " s: " << plan->numStages() << " stages, limit "
              << solver::formatBytes(plan->solution().memory_limit) << ", predicted peak "
              << solver::formatBytes(plan->solution().predicted_peak) << "\n";
         std::cerr << line.str();

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "runtime/grouped_stages.h"
@@ -55,6 +56,13 @@ struct Solution {
 class PlanVariants;
 struct RunnableChains;
 
+// What a deferred plan's stages were cut from, as the passes library keeps it: its replanner cuts
+// the chain again by the bytes of the first call's tensors (passes/recut.h). Process-local, never
+// saved.
+struct StageSource {
+  virtual ~StageSource() = default;
+};
+
 // How a call runs the chain: every stage apart under the schedule, stages the schedule runs
 // together as one (grouped_stages.h; under autocast, each keeping its casts to itself), or
 // straight through without a schedule (inference).
@@ -92,6 +100,11 @@ class Plan : public torch::CustomClassHolder {
   // terminal or when asked (verbose); process-local, never saved.
   void setVerbose(bool verbose) { verbose_ = verbose; }
   bool verbose() const { return verbose_; }
+  // Deferred plans: what their stages were cut from; null after loading (see StageSource).
+  void setStageSource(std::shared_ptr<const StageSource> source) {
+    stage_source_ = std::move(source);
+  }
+  const std::shared_ptr<const StageSource>& stageSource() const { return stage_source_; }
 
  private:
   std::shared_ptr<const ChainStages> stages_;
@@ -99,6 +112,7 @@ class Plan : public torch::CustomClassHolder {
   std::shared_ptr<PlanVariants> variants_;
   std::shared_ptr<RunnableChains> runnable_;
   bool verbose_ = false;
+  std::shared_ptr<const StageSource> stage_source_;
 };
 
 // A deferred solution: `limit`, `strategy`, `slots`, `segments` and the `given` schedule as

@@ -36,8 +36,8 @@ def test_first_training_call_plans_and_trains_bit_identically(family):
     model = jitckpt.checkpoint(family.make(0), memory_limit="min", profile_repeats=1)
     before = jitckpt.plan(model)
     assert before["deferred"] and "schedule" not in before and before["variants"] == []
-    # Without inputs the cuts are chosen by tensor count, not bytes: every family keeps a stage per
-    # block but the U-Net, whose encoder cuts each carry one skip more (docs/supported.md).
+    # Without inputs the rewrite cuts by tensor count, not bytes: every family keeps a stage per
+    # block but the U-Net, whose encoder cuts each carry one skip more.
     least = 5 if family.name == "unet" else family.blocks
     assert before["num_stages"] >= least, f"{family.name}: {before['num_stages']} stages"
     model.eval()  # (a training-mode call would update BatchNorm statistics, as it would unmodified)
@@ -48,6 +48,9 @@ def test_first_training_call_plans_and_trains_bit_identically(family):
     assert "planned at the first training call" in jitckpt.dump(model) and "schedule:" not in jitckpt.dump(model)
     assert_same_training(family.name, train(family.make(0), family), train(model, family))
     after = jitckpt.plan(model)
+    # The first training call cut the chain again by the bytes of its tensors, as example inputs do
+    # (several families get other stages so).
+    assert after["labels"] == jitckpt.partition(family.make(0), family.inputs)["labels"], family.name
     assert "schedule:" in jitckpt.dump(model)
     assert len(after["variants"]) == 1 and after["schedule"].count("B(") == after["num_stages"] + 1
     # (equal where no schedule saves anything: on 2.x nn.TransformerEncoder's chain is its last block)
@@ -77,8 +80,8 @@ def test_first_call_profiling_is_silent_off_a_terminal_unless_verbose(capfd):
     train_step(jitckpt.checkpoint(family.make(0), memory_limit="min"), family, 0)
     assert capfd.readouterr().err == ""
     model = jitckpt.checkpoint(family.make(0), memory_limit="min", verbose=True)
-    stages = jitckpt.plan(model)["num_stages"]
     train_step(model, family, 0)
+    stages = jitckpt.plan(model)["num_stages"]
     err = capfd.readouterr().err
     # (the per-stage lines come at most once a second; the summary always)
     assert f"{stages} stages" in err and "planned for inputs [[4, 3, 32, 32]" in err, err
@@ -114,6 +117,22 @@ def test_unplanned_module_saves_and_trains_identically_in_a_fresh_process(name, 
                          trained_in_a_fresh_process(family.make(0), family, tmp_path / "reference"),
                          trained_in_a_fresh_process(model, family, tmp_path / "rewritten"))
     assert jitckpt.plan(model)["variants"] == [], "saving planned"
+
+
+def test_a_loaded_unplanned_module_keeps_the_cuts_it_was_saved_with(tmp_path):
+    """What the rewrite keeps of the forward to cut the chain again is not saved: loaded, an
+    unplanned module plans on its stages cut by tensor count (Inception's differ from its cuts by
+    bytes), and trains as the unmodified model does."""
+    family = families.FAMILIES["inception"]("test")
+    model = jitckpt.checkpoint(family.make(0), memory_limit="min", profile_repeats=1)
+    counted = jitckpt.plan(model)["labels"]
+    assert counted != jitckpt.partition(family.make(0), family.inputs)["labels"]
+    torch.jit.save(model, str(tmp_path / "model.pt"))
+    loaded = torch.jit.load(str(tmp_path / "model.pt"))
+    reference = train(family.make(0), family)
+    assert_same_training(family.name, train(family.make(0), family), reference)
+    assert_same_training(f"{family.name}, saved and loaded", train(loaded, family), reference)
+    assert jitckpt.plan(loaded)["labels"] == counted
 
 
 def step_peak(model, family) -> int:
