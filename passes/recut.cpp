@@ -46,8 +46,10 @@ std::shared_ptr<const ChainStages> recutStages(const ForwardToCut& source,
                                                const ChainStages& stages,
                                                const ChainArguments& arguments) {
   std::optional<ChainInterface> counted_interface;
-  Partition recut = partitionGraphMeasured(
-      source.forward->copy(), source.options, [&](const Partition& counted) {
+  PartitionOptions options = source.options;
+  options.warn = false;  // (the rewrite warned)
+  Partition recut =
+      partitionGraphMeasured(source.forward->copy(), options, [&](const Partition& counted) {
         if (!madeFrom(counted, stages)) return ValueBytes{};
         ValueBytes bytes = measureChainBytes(counted, stages, arguments);
         if (!bytes.empty()) counted_interface.emplace(counted);
