@@ -53,8 +53,7 @@ bool mayHoldTensor(const c10::TypePtr& type) {
 // The values of one stage graph that may require grad, given those of its inputs.
 class StageFlow {
  public:
-  explicit StageFlow(std::shared_ptr<torch::jit::Graph> graph)
-      : shared_graph_(std::move(graph)), graph_(*shared_graph_) {}
+  explicit StageFlow(std::shared_ptr<torch::jit::Graph> graph) : graph_(std::move(graph)) {}
 
   void mark(const Value* v) {
     if (mayHoldTensor(v->type()) && may_.insert(v).second) changed_ = true;
@@ -64,7 +63,7 @@ class StageFlow {
   void run() {
     do {
       changed_ = false;
-      visit(graph_.block());
+      visit(graph_->block());
     } while (changed_);
   }
 
@@ -96,7 +95,7 @@ class StageFlow {
     for (size_t i : written) {
       const Value* w = n->input(i);
       mark(w);
-      if (w->node() != graph_.param_node()) markAliases(w);
+      if (w->node() != graph_->param_node()) markAliases(w);
     }
   }
 
@@ -126,14 +125,14 @@ class StageFlow {
   void markAliases(const Value* w) {
     if (!aliased_.insert(w).second) return;
     if (!collected_) {
-      collect(graph_.block());
+      collect(graph_->block());
       collected_ = true;
     }
     unmarked_.erase(
         std::remove_if(unmarked_.begin(), unmarked_.end(), [&](const Value* v) { return may(v); }),
         unmarked_.end());
     if (unmarked_.empty()) return;
-    if (!alias_db_) alias_db_ = std::make_unique<torch::jit::AliasDb>(shared_graph_);
+    if (!alias_db_) alias_db_ = std::make_unique<torch::jit::AliasDb>(graph_);
     for (const Value* v : unmarked_) {
       if (alias_db_->mayAlias(v, w)) mark(v);
     }
@@ -150,8 +149,7 @@ class StageFlow {
     }
   }
 
-  std::shared_ptr<torch::jit::Graph> shared_graph_;
-  const torch::jit::Graph& graph_;
+  std::shared_ptr<torch::jit::Graph> graph_;
   std::unordered_set<const Value*> may_;
   bool changed_ = false;
   std::unique_ptr<torch::jit::AliasDb> alias_db_;
@@ -168,7 +166,6 @@ NeverRequiresGrad findNeverRequiresGrad(const std::vector<StageSpec>& stages,
                                         bool with_outputs) {
   NeverRequiresGrad found;
   std::vector<bool> entering = chain_inputs_never;  // of the stage about to run
-  entering.resize(stages.empty() ? 0 : stages.front().num_activation_inputs, false);
   for (const StageSpec& stage : stages) {
     const torch::jit::Graph& graph = *stage.graph;
     entering.resize(stage.num_activation_inputs, false);
