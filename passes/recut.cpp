@@ -49,7 +49,8 @@ std::shared_ptr<const ChainStages> recutStages(const ForwardToCut& source,
   PartitionOptions options = source.options;
   options.warn = false;  // (the rewrite warned)
   Partition recut =
-      partitionGraphMeasured(source.forward->copy(), options, [&](const Partition& counted) {
+      partitionGraphMeasured(source.forward->copy(), options, [&](const CountCut& cut) {
+        const Partition& counted = cut.partition();
         if (!madeFrom(counted, stages)) return ValueBytes{};
         ValueBytes bytes = measureChainBytes(counted, stages, arguments);
         if (!bytes.empty()) counted_interface.emplace(counted);

@@ -305,8 +305,8 @@ int64_t boundaryBytes(const std::vector<Value*>& live, const ValueBytes& bytes,
   }
   int64_t total = 0;
   for (const Value* v : live) {
+    if (carried_flags.count(v)) continue;  // (measured after the edits that made them)
     auto it = bytes.find(v);
-    if (carried_flags.count(v)) continue;        // (measured after the edits that made them)
     if (it != bytes.end()) total += it->second;  // else never holds data (see value_bytes.h)
   }
   return total;

@@ -118,9 +118,9 @@ Partition partitionOnExamples(const torch::jit::Module& module,
                               const PartitionOptions& options,
                               const std::vector<c10::IValue>& example_inputs) {
   if (example_inputs.empty()) return partitionGraph(std::move(graph), options);
-  return partitionGraphMeasured(std::move(graph), options, [&](const Partition& counted) {
-    return measureValueBytes(module, *counted.graph,
-                             examplesToRunOn(counted.graph, example_inputs));
+  return partitionGraphMeasured(std::move(graph), options, [&](const CountCut& counted) {
+    return measureValueBytes(module, *counted.graph(),
+                             examplesToRunOn(counted.graph(), example_inputs));
   });
 }
 

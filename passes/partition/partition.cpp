@@ -72,9 +72,9 @@ Partition partitionGraph(std::shared_ptr<Graph> graph, const PartitionOptions& o
 Partition partitionGraphMeasured(std::shared_ptr<Graph> graph, const PartitionOptions& options,
                                  const MeasureBytes& measure) {
   const PreparedGraph prepared = prepareForCuts(std::move(graph));
-  Partition counted = cutPrepared(prepared, options, {});
+  CountCut counted(prepared.graph, [&] { return cutPrepared(prepared, options, {}); });
   const ValueBytes bytes = measure(counted);
-  return warned(bytes.empty() ? std::move(counted) : cutPrepared(prepared, options, bytes),
+  return warned(bytes.empty() ? std::move(counted).take() : cutPrepared(prepared, options, bytes),
                 options);
 }
 

@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "runtime/stages.h"
@@ -92,12 +94,34 @@ std::vector<std::string> epilogueAttributePaths(const Partition& partition);
 Partition partitionGraph(std::shared_ptr<torch::jit::Graph> graph,
                          const PartitionOptions& options = {}, const ValueBytes& bytes = {});
 
-// Bytes of a graph's tensors measured on the chain of `counted`, its partition by tensor count.
-using MeasureBytes = std::function<ValueBytes(const Partition& counted)>;
+// The graph as the partition edited it, and its partition by tensor count, cut when first asked
+// for (a measurement on example inputs needs only the graph).
+class CountCut {
+ public:
+  CountCut(std::shared_ptr<torch::jit::Graph> graph, std::function<Partition()> cut)
+      : graph_(std::move(graph)), cut_(std::move(cut)) {}
+  const std::shared_ptr<torch::jit::Graph>& graph() const { return graph_; }
+  const Partition& partition() const {
+    if (!partition_) partition_ = cut_();
+    return *partition_;
+  }
+  Partition take() && {
+    partition();
+    return std::move(*partition_);
+  }
 
-// Partitions `graph` by tensor count, hands that partition to `measure`, and cuts the same graph
-// again by the bytes it returns (the count's partition when it returns none). The region, its
-// inputs, outputs and lifted values do not depend on bytes: both partitions have the same.
+ private:
+  std::shared_ptr<torch::jit::Graph> graph_;
+  std::function<Partition()> cut_;
+  mutable std::optional<Partition> partition_;
+};
+
+// Bytes of the tensors of `counted.graph()`.
+using MeasureBytes = std::function<ValueBytes(const CountCut& counted)>;
+
+// Prepares `graph` for cutting, hands it to `measure`, and cuts it by the bytes that returns (by
+// tensor count when it returns none). The region, its inputs, outputs and lifted values do not
+// depend on bytes: the partitions by count and by bytes have the same.
 Partition partitionGraphMeasured(std::shared_ptr<torch::jit::Graph> graph,
                                  const PartitionOptions& options, const MeasureBytes& measure);
 
