@@ -42,10 +42,10 @@ int profileRepeats(const CheckpointOptions& options, int by_default) {
   return options.profile_repeats > 0 ? options.profile_repeats : by_default;
 }
 
-solver::Costs measuredCosts(std::shared_ptr<const ChainStages> stages,
-                            const ChainArguments& arguments, const MemoryLimit& limit,
-                            const CheckpointOptions& options,
+solver::Costs measuredCosts(std::shared_ptr<const ChainStages> stages, const PrologueRun& prologue,
+                            const MemoryLimit& limit, const CheckpointOptions& options,
                             const std::function<void(const std::string&)>& report) {
+  const ChainArguments& arguments = prologue.arguments;
   if (options.costs) {
     TORCH_CHECK(options.costs->length() == stages->size() + 1, "the reused profile describes ",
                 options.costs->length() - 1, " stages but this model has ", stages->size(),
@@ -81,6 +81,7 @@ solver::Costs measuredCosts(std::shared_ptr<const ChainStages> stages,
   }
   profile_options.whole_schedule_room =
       wholeScheduleRoom(limit, arguments, /*in_training_call=*/false);
+  profile_options.held_before_chain_bytes = prologue.held_beyond_bytes;
   ChainProfile profile = profileStages(std::move(stages), arguments, profile_options);
   if (!profile.ran_unconstrained) {
     report("the chain without checkpointing (" + solver::formatBytes(profile.unconstrained_peak) +
@@ -148,14 +149,14 @@ torch::jit::Module checkpoint(const torch::jit::Module& module,
       partitionClone(module, partition_options, /*share_tensors=*/true, example_inputs);
   report("partitioned forward into " + std::to_string(cloned.partition.stages.size()) + " stages");
 
-  const ChainArguments arguments =
-      prologueArguments(cloned.module, cloned.partition, example_inputs);
+  const PrologueRun prologue = runPrologue(cloned.module, cloned.partition, example_inputs);
+  const ChainArguments& arguments = prologue.arguments;
   auto stages = chainStagesOf(cloned.partition);
   SolveOptions solve_options{options.strategy, options.slots, options.segments, options.given};
   solve_options.epilogue_gradient_bytes = epilogueGradientBytes(cloned.module, cloned.partition);
   const int64_t outside_bytes = outsideGradientBytes(cloned.module, cloned.partition);
   availableForActivations(limit, arguments, outside_bytes, solve_options);
-  Solution solution = solveCosts(measuredCosts(stages, arguments, limit, options, report), limit,
+  Solution solution = solveCosts(measuredCosts(stages, prologue, limit, options, report), limit,
                                  solve_options, inputKey(*stages, arguments));
   solution.outside_gradient_bytes = outside_bytes;
   solution.profile_repeats = profileRepeats(options, kProfileRepeats);

@@ -46,19 +46,6 @@ struct UnconstrainedRun {
   double ms = 0;
 };
 
-// The chain's inputs and its side tensors (a mask, positions), which a step holds from its start
-// to its end: counted together as a^0 (Costs::wa[0]). A side tensor made before the chain is
-// memory the step allocates; one the model is called with is counted as the chain's input is.
-Tensors heldFromStart(const ChainStages& stages, const ChainArguments& arguments) {
-  Tensors held = arguments.inputs;
-  for (size_t k = 0; k < stages.lifted().size(); ++k) {
-    const size_t position = stages.position(k);
-    if (stages.lifted()[k].kind == LiftedKind::Side && position < arguments.lifted_tensors.size())
-      held.push_back(arguments.lifted_tensors[position]);
-  }
-  return held;
-}
-
 // The no-checkpointing schedule run for real, as the executor runs it (the backward passes on
 // autograd's thread, runAsBackward), with the chain's output kept to the end as its caller keeps
 // it (Costs::held_output). held_input_bytes: wa[0]. With handed (L+1 entries), each B runs alone
@@ -266,7 +253,7 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   const c10::Device device = chainDevice(arguments).value_or(c10::Device(c10::kCPU));
   auto probe = probes::makeMemoryProbe(device);  // first: it must see the frees of what follows
   auto stopwatch = probes::makeStopwatch(device);
-  StageRunner runner(std::move(stages), arguments, StageRunner::BufferWrites::Scratch);
+  StageRunner runner(std::move(stages), arguments, StageRunner::BufferWrites::ToClones);
   const RngStateGuard rng({device});
   const auto progress = options.progress ? options.progress : defaultProgress();
   const int L = runner.numStages();
@@ -276,7 +263,11 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   solver::Costs& c = profile.costs;
   c = solver::Costs{};
   c.uf = c.uf_nograd = c.ub = {0};
-  c.wa = {storageBytes(heldFromStart(runner.stages(), arguments))};
+  // a^0: what the step holds from its start to its end; besides the chain's own arguments, the
+  // copies of written buffers the executor keeps for recomputations, and what the forward holds
+  // from before the chain (ProfileOptions::held_before_chain_bytes).
+  c.wa = {storageBytes(heldFromStart(runner.stages(), arguments)) + runner.keptValueBytes() +
+          options.held_before_chain_bytes};
   c.wabar = c.wd = c.of = c.of_nograd = c.ob = {0};
   profile.labels = {"input"};
   Tensors current;
@@ -368,8 +359,10 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
 ChainProfile profileChain(const torch::jit::Module& module, const Partition& partition,
                           const std::vector<c10::IValue>& example_inputs,
                           const ProfileOptions& options) {
-  const ChainArguments arguments = prologueArguments(module, partition, example_inputs);
-  return profileStages(chainStagesOf(partition), arguments, options);
+  const PrologueRun prologue = runPrologue(module, partition, example_inputs);
+  ProfileOptions with_prologue = options;
+  with_prologue.held_before_chain_bytes = prologue.held_beyond_bytes;
+  return profileStages(chainStagesOf(partition), prologue.arguments, with_prologue);
 }
 
 }  // namespace jitckpt

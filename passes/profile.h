@@ -4,13 +4,16 @@
 // activation peak of the no-checkpointing schedule.
 //
 // Every stage runs through the runtime's StageRunner, exactly as the executor runs it, with
-// buffers written to scratch copies (BufferWrites::Scratch). Memory comes from the device's probe
+// buffers written to clones made as each run starts (BufferWrites::ToClones), as a recomputation
+// writes them. Memory comes from the device's probe
 // (runtime/probes): the counting CPU allocator (exact bytes of every c10 allocation) or the CUDA
 // caching allocator's allocated bytes. "Live" below means the probe's current bytes; each
 // measurement takes the difference to a baseline read just before the operation, so what the caller
 // holds (parameters, the example inputs) cancels out.
 //
-//   wa[l]    bytes of the distinct storages of stage l's outputs (a^l). wa[0]: the chain inputs.
+//   wa[l]    bytes of the distinct storages of stage l's outputs (a^l). wa[0]: what the step holds
+//   from
+//            its start to its end (heldFromStart in profile.cpp).
 //   spans    storages that consecutive activations share: inputs a stage passes through
 //            unchanged (or as views), as Inception's branch stages pass the block input on; each
 //            from the activation whose stage made it to the last that holds it (solver::Span).
@@ -88,6 +91,9 @@ struct ProfileOptions {
   // profiling a chain too big for its device or its limit neither runs out of memory nor passes
   // the limit; the times then stay unscaled. -1: no bound.
   int64_t whole_schedule_room = -1;
+  // Bytes the forward holds from before the chain besides the chain's arguments, added to a^0
+  // (PrologueRun::held_beyond_bytes): 0 where the prologue was not measured.
+  int64_t held_before_chain_bytes = 0;
 };
 
 // The layout of a gradient handed to a B (undefined: none), as a step hands it: B(l+1) makes
@@ -164,12 +170,12 @@ struct ChainProfile {
   double time_scale = 1;
 };
 
-// Profiles every stage on `arguments` (from prologueArguments). The device is the one of the chain
+// Profiles every stage on `arguments` (from runPrologue). The device is the one of the chain
 // inputs (or the first lifted tensor). Throws (TORCH_CHECK) when a stage fails to run, naming it.
 ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
                            const ChainArguments& arguments, const ProfileOptions& options = {});
 
-// Convenience: prologueArguments + chainStagesOf + profileStages on the original module.
+// Convenience: runPrologue + chainStagesOf + profileStages on the original module.
 ChainProfile profileChain(const torch::jit::Module& module, const Partition& partition,
                           const std::vector<c10::IValue>& example_inputs,
                           const ProfileOptions& options = {});

@@ -6,9 +6,11 @@
 #include <torch/script.h>
 
 #include <unordered_map>
+#include <unordered_set>
 
 #include "passes/buffer_guard.h"
 #include "passes/example_copies.h"
+#include "runtime/probes/memory_probe.h"
 
 namespace jitckpt {
 namespace {
@@ -34,6 +36,43 @@ ChainArguments splitArguments(const Partition& partition, const std::vector<c10:
     }
   }
   return arguments;
+}
+
+// Calls f on every tensor inside `values` (lists, tuples, dicts and objects' attributes too).
+void forEachTensor(const std::vector<c10::IValue>& values,
+                   const std::function<void(const at::Tensor&)>& f) {
+  for (const c10::IValue& v : values) {
+    v.visit([&](const c10::IValue& inner) {
+      if (inner.isTensor() && inner.toTensor().defined()) f(inner.toTensor());
+      return false;  // (and go on into what it holds)
+    });
+  }
+}
+
+// The device the prologue's memory is measured on: that of the first tensor off the CPU among the
+// examples and the module's attributes, else the CPU.
+c10::Device measuredDevice(const std::vector<c10::IValue>& values) {
+  c10::Device device(c10::kCPU);
+  forEachTensor(values, [&](const at::Tensor& t) {
+    if (device.is_cpu() && !t.is_cpu()) device = t.device();
+  });
+  return device;
+}
+
+// Bytes live after the prologue's run (`live`, its outputs and their autograd graph held) besides
+// the storages of the chain's arguments that it made: what the forward holds from before the
+// chain beyond heldFromStart. `before`: the values the run began with (self, the examples).
+int64_t heldBeyondArguments(int64_t live, const std::vector<c10::IValue>& before,
+                            const std::vector<c10::IValue>& outputs) {
+  std::unordered_set<const c10::StorageImpl*> existing;
+  forEachTensor(before, [&](const at::Tensor& t) {
+    if (t.has_storage()) existing.insert(t.storage().unsafeGetStorageImpl());
+  });
+  Tensors made;
+  forEachTensor(outputs, [&](const at::Tensor& t) {
+    if (t.has_storage() && !existing.count(t.storage().unsafeGetStorageImpl())) made.push_back(t);
+  });
+  return std::max<int64_t>(0, live - probes::storageBytes(made));
 }
 
 }  // namespace
@@ -63,8 +102,8 @@ std::shared_ptr<torch::jit::Graph> prologueGraph(const Partition& partition,
   return prologue;
 }
 
-ChainArguments prologueArguments(const torch::jit::Module& module, const Partition& partition,
-                                 const std::vector<c10::IValue>& example_inputs) {
+PrologueRun runPrologue(const torch::jit::Module& module, const Partition& partition,
+                        const std::vector<c10::IValue>& example_inputs) {
   const size_t expected = partition.graph->inputs().size() - 1;
   TORCH_CHECK(example_inputs.size() == expected, "example inputs: forward takes ", expected,
               " input(s) besides self, but ", example_inputs.size(), " were given");
@@ -74,6 +113,10 @@ ChainArguments prologueArguments(const torch::jit::Module& module, const Partiti
   std::vector<c10::IValue> stack{module._ivalue()};
   const std::vector<c10::IValue> examples = examplesToRunOn(partition.graph, example_inputs);
   stack.insert(stack.end(), examples.begin(), examples.end());
+  const std::vector<c10::IValue> before = stack;
+  // (made before the run: on the CPU the probe counts what is allocated while it exists)
+  auto probe = probes::makeMemoryProbe(measuredDevice(before));
+  const int64_t base = probe->currentBytes();
   {
     ModuleBufferGuard buffers(module);
     torch::AutoGradMode grad_mode(true);
@@ -84,9 +127,12 @@ ChainArguments prologueArguments(const torch::jit::Module& module, const Partiti
                   e.what_without_backtrace());
     }
   }
-  TORCH_INTERNAL_ASSERT(stack.size() == outputs.size(), "prologueArguments: the prologue returned ",
+  TORCH_INTERNAL_ASSERT(stack.size() == outputs.size(), "runPrologue: the prologue returned ",
                         stack.size(), " values");
-  return splitArguments(partition, stack);
+  PrologueRun run;
+  run.held_beyond_bytes = heldBeyondArguments(probe->currentBytes() - base, before, stack);
+  run.arguments = splitArguments(partition, stack);
+  return run;
 }
 
 }  // namespace jitckpt

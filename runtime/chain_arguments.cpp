@@ -45,6 +45,21 @@ std::vector<size_t> firstPositions(const Tensors& lifted) {
   return first;
 }
 
+Tensors heldFromStart(const ChainStages& stages, const ChainArguments& arguments) {
+  Tensors held = arguments.inputs;
+  for (size_t k = 0; k < stages.lifted().size(); ++k) {
+    const size_t position = stages.position(k);
+    const LiftedKind kind = stages.lifted()[k].kind;
+    if (kind == LiftedKind::Side && position < arguments.lifted_tensors.size()) {
+      held.push_back(arguments.lifted_tensors[position]);
+    } else if (kind == LiftedKind::Scalar && position < arguments.lifted_scalars.size() &&
+               arguments.lifted_scalars[position].isTensor()) {
+      held.push_back(arguments.lifted_scalars[position].toTensor());
+    }
+  }
+  return held;
+}
+
 InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments) {
   InputKey key;
   auto add = [&](const at::Tensor& t) {

@@ -29,6 +29,12 @@ struct ChainArguments {
 // tensors among the lifted scalars (a padding mask), in order, then the parameters' types.
 InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments);
 
+// The tensors a step holds from its start to its end: the chain inputs, its side tensors (a mask,
+// positions) and the tensors among its lifted scalars (a float padding mask passed as an
+// Optional[Tensor]). One made before the chain is memory the step allocates; one the model is
+// called with counts as the chain's input does.
+Tensors heldFromStart(const ChainStages& stages, const ChainArguments& arguments);
+
 // The chain's device: that of its first input or lifted tensor on an accelerator, else the CPU's
 // when it holds a defined tensor (a flag carried as a CPU tensor beside CUDA activations does not
 // make a CUDA chain a CPU one); none when it holds no tensor.

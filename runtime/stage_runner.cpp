@@ -9,10 +9,12 @@
 #include <torch/csrc/autograd/functions/basic_ops.h>
 
 #include <algorithm>
+#include <set>
 #include <unordered_map>
 #include <utility>
 
 #include "runtime/error_text.h"
+#include "runtime/probes/memory_probe.h"
 
 namespace jitckpt {
 namespace {
@@ -133,7 +135,6 @@ StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArgumen
       first_positions_(firstPositions(arguments_.lifted_tensors)),
       ran_(stages_->size() + 1, false),
       rng_(stages_->size() + 1),
-      scratch_(stages_->size() + 1),
       first_write_(arguments_.lifted_tensors.size(), 0),
       last_write_(arguments_.lifted_tensors.size(), 0),
       first_run_values_(stages_->size() + 1),
@@ -183,16 +184,6 @@ StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArgumen
   }
   if (buffer_writes_ == BufferWrites::FirstRunUpdates) keepEntryValues();
   warnOfWeightsCastBySeveralStages();
-  // Scratch copies are made up front, so that measurements never see them allocated.
-  if (buffer_writes_ == BufferWrites::Scratch) {
-    for (int l = 1; l <= stages_->size(); ++l) {
-      for (size_t k : stages_->stage(l).mutated_lifted) {
-        if (stages_->lifted()[k].kind == LiftedKind::Scalar) continue;
-        const at::Tensor& live = arguments_.lifted_tensors[stages_->position(k)];
-        if (live.defined()) scratch_[l][k] = live.detach().clone();
-      }
-    }
-  }
 }
 
 c10::IValue StageRunner::liftedValue(int l, size_t j, bool recomputation) {
@@ -204,7 +195,7 @@ c10::IValue StageRunner::liftedValue(int l, size_t j, bool recomputation) {
   if (!live.defined()) return c10::IValue();
   // (a group's list of written tensors is long: searched only where the answer matters)
   auto writes = [&] { return contains(stages_->stage(l).mutated_lifted, k); };
-  if (buffer_writes_ == BufferWrites::Scratch) return writes() ? scratch_[l].at(k) : live;
+  if (buffer_writes_ == BufferWrites::ToClones) return writes() ? live.detach().clone() : live;
   // Buffers are updated once per step: a recomputation reads what the first run read (a spectral
   // norm's vector, a counter; BatchNorm in training reads none of its statistics) and writes to
   // a clone.
@@ -219,11 +210,10 @@ at::Tensor StageRunner::valueAtFirstRun(int l, size_t j, bool first_run) {
   // First runs go in stage order: a tensor no stage from l on writes still holds what l read,
   // and one no stage before l wrote holds what the call began with.
   if (first_run || last_write_[first] < l) {
-    if (first_run && last_write_[first] >= l && first_write_[first] < l)
-      first_run_values_[l][k] = live.detach().clone();
+    if (first_run && keepsFirstRunValue(l, first)) first_run_values_[l][k] = live.detach().clone();
     return live;
   }
-  if (first_write_[first] >= l) return entry_values_.at(first);
+  if (keepsEntryValue(l, first)) return entry_values_.at(first);
   const auto found = first_run_values_[l].find(k);
   TORCH_INTERNAL_ASSERT(found != first_run_values_[l].end(), "stage ", l,
                         " recomputed without a copy of '", stages_->lifted()[k].name,
@@ -231,19 +221,36 @@ at::Tensor StageRunner::valueAtFirstRun(int l, size_t j, bool first_run) {
   return found->second;
 }
 
-// The tensors a stage reads before their first write: copied once, as the call began.
-void StageRunner::keepEntryValues() {
+void StageRunner::forEachKeptValue(const std::function<void(int, size_t, size_t, bool)>& f) const {
+  std::set<size_t> entries;
   for (int l = 1; l <= stages_->size(); ++l) {
     const StageSpec& stage = stages_->stage(l);
     for (size_t j = 0; j < stage.lifted.size(); ++j) {
       const size_t k = stage.lifted[j];
       if (stages_->lifted()[k].kind == LiftedKind::Scalar || !stages_->readsValue(l, j)) continue;
-      const at::Tensor& live = arguments_.lifted_tensors[stages_->position(k)];
+      if (!arguments_.lifted_tensors[stages_->position(k)].defined()) continue;
       const size_t first = first_positions_[stages_->position(k)];
-      if (live.defined() && first_write_[first] >= l && !entry_values_.count(first))
-        entry_values_[first] = live.detach().clone();
+      if (keepsEntryValue(l, first) && entries.insert(first).second) f(l, k, first, true);
+      if (keepsFirstRunValue(l, first)) f(l, k, first, false);
     }
   }
+}
+
+// The tensors a stage reads before their first write: copied once, as the call began.
+void StageRunner::keepEntryValues() {
+  forEachKeptValue([&](int, size_t k, size_t first, bool entry) {
+    if (entry)
+      entry_values_[first] = arguments_.lifted_tensors[stages_->position(k)].detach().clone();
+  });
+}
+
+int64_t StageRunner::keptValueBytes() const {
+  int64_t bytes = 0;
+  forEachKeptValue([&](int, size_t k, size_t, bool) {
+    const at::Tensor& t = arguments_.lifted_tensors[stages_->position(k)];
+    bytes += probes::allocatedBytes(t.device(), static_cast<int64_t>(t.numel() * t.element_size()));
+  });
+  return bytes;
 }
 
 bool StageRunner::entersAsLeaf(size_t k) const {

@@ -8,8 +8,8 @@
 //    (or the recorded graph of the stage before) is never corrupted;
 //  - buffers a stage updates in place (BatchNorm running statistics, num_batches_tracked) are
 //    updated by its first run only (BufferWrites::FirstRunUpdates: recomputations write to
-//    clones), or never (BufferWrites::Scratch: every run writes to copies made once, for
-//    profiling);
+//    clones), or never (BufferWrites::ToClones, for profiling: every run writes to clones made
+//    as it starts, as a recomputation does, so that its measurement counts them);
 //  - a stage with random ops (dropout) replays on later runs the generator state its first run
 //    saw, and leaves the generators as it found them.
 // Errors name the stage.
@@ -98,7 +98,7 @@ struct StageGradients {
 
 class StageRunner {
  public:
-  enum class BufferWrites { FirstRunUpdates, Scratch };
+  enum class BufferWrites { FirstRunUpdates, ToClones };
 
   // Throws (TORCH_CHECK) when the arguments do not match the stages (counts of inputs, lifted
   // tensors and scalars), or when a lifted scalar is a tensor that requires grad (no gradient
@@ -174,6 +174,11 @@ class StageRunner {
   // the chain that require grad).
   Tensors gradientTargets(int l) const;
 
+  // The bytes of the copies of written tensors that a BufferWrites::FirstRunUpdates runner keeps
+  // to the end of the call, for recomputations to read what a first run read (a spectral norm's
+  // vector, a counter), whichever mode this runner writes in: held by the whole step.
+  int64_t keptValueBytes() const;
+
  private:
   enum class Mode { Inference, Forward, Record };
   Tensors run(int l, const Tensors& activations, Mode mode, SideLeaves* side_leaves = nullptr);
@@ -185,6 +190,14 @@ class StageRunner {
   // What lifted tensor k (entry j of stage l's `lifted`) held when stage l first ran, for a
   // recomputation; on the first run (`first_run`), keeps a copy where one is needed.
   at::Tensor valueAtFirstRun(int l, size_t j, bool first_run);
+  // Calls f(l, k, first, entry) for each copy a FirstRunUpdates runner keeps: lifted tensor k
+  // (firstPosition `first`) as the call began (`entry`: stage l reads it before its first
+  // write; once per tensor) or as stage l first ran (between two writes).
+  void forEachKeptValue(const std::function<void(int, size_t, size_t, bool)>& f) const;
+  bool keepsEntryValue(int l, size_t first) const { return first_write_[first] >= l; }
+  bool keepsFirstRunValue(int l, size_t first) const {
+    return first_write_[first] < l && last_write_[first] >= l;
+  }
   void keepEntryValues();
   void warnOfWeightsCastBySeveralStages() const;
   // The chain's device type where the call's autocast casts on it.
@@ -199,10 +212,9 @@ class StageRunner {
   std::vector<c10::Device> devices_;
   // ChainStages::inputsNeverRequireGrad for this call's chain inputs.
   std::shared_ptr<const ChainStages::InputFlags> inputs_never_require_grad_;
-  std::vector<size_t> first_positions_;                // firstPositions(lifted tensors)
-  std::vector<bool> ran_;                              // per stage: run before in this runner
-  std::vector<std::optional<RngState>> rng_;           // per stage with random ops: its first state
-  std::vector<std::map<size_t, at::Tensor>> scratch_;  // BufferWrites::Scratch copies
+  std::vector<size_t> first_positions_;       // firstPositions(lifted tensors)
+  std::vector<bool> ran_;                     // per stage: run before in this runner
+  std::vector<std::optional<RngState>> rng_;  // per stage with random ops: its first state
   // By firstPosition: the first and last stage that write the tensor in place (0: none).
   std::vector<int> first_write_, last_write_;
   // By firstPosition: what a tensor some stage writes held when the runner was made (the call

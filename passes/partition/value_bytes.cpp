@@ -1,6 +1,7 @@
 // Value sizes for the partition (see value_bytes.h).
 #include "passes/partition/value_bytes.h"
 
+#include <ATen/autocast_mode.h>
 #include <c10/core/ScalarType.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
@@ -19,6 +20,23 @@ namespace {
 
 using torch::jit::Graph;
 using torch::jit::Value;
+
+// Autocast's cache off for a run without grad, as it was after it. Such a run inside the caller's
+// autocast region would cache casts of the weights that do not require grad and hand them to the
+// runs under grad that follow (the prologue's on the example inputs, the caller's first step):
+// what those compute from them would not require grad.
+class UncachedCasts {
+ public:
+  UncachedCasts() : cache_(at::autocast::is_autocast_cache_enabled()) {
+    at::autocast::set_autocast_cache_enabled(false);
+  }
+  ~UncachedCasts() { at::autocast::set_autocast_cache_enabled(cache_); }
+  UncachedCasts(const UncachedCasts&) = delete;
+  UncachedCasts& operator=(const UncachedCasts&) = delete;
+
+ private:
+  bool cache_;
+};
 
 bool isTensor(const Value* v) { return v->type()->kind() == c10::TypeKind::TensorType; }
 
@@ -148,6 +166,7 @@ ValueBytes measureValueBytes(const torch::jit::Module& module, const Graph& grap
     }
     RngStateGuard rng(devices);
     at::NoGradGuard no_grad;
+    const UncachedCasts uncached;
     try {
       torch::jit::InterpreterState(code).run(stack);
     } catch (const std::exception& e) {  // c10::Error, and the interpreter's own errors
@@ -177,6 +196,7 @@ ValueBytes measureChainBytes(const Partition& partition, const ChainStages& stag
   auto region = instrumentedRegion(partition, measured);
   if (!region) return {};
   at::NoGradGuard no_grad;
+  const UncachedCasts uncached;
   std::vector<c10::IValue> stack;
   // (copies: a stage may write its input in place, and the caller's tensors stay as they are)
   for (const at::Tensor& t : arguments.inputs) stack.emplace_back(t.defined() ? t.clone() : t);

@@ -62,7 +62,7 @@ Chain chainOf(torch::jit::Module m, int64_t rows, int64_t columns) {
   EXPECT_GE(partition.stages.size(), 3u) << "the test expects a stage per layer";
   torch::manual_seed(1);
   const at::Tensor x = torch::randn({rows, columns}).requires_grad_();
-  return {chainStagesOf(partition), prologueArguments(m, partition, {x})};
+  return {chainStagesOf(partition), runPrologue(m, partition, {x}).arguments};
 }
 
 Chain chainOf(bool tied) { return chainOf(threeStages(tied), 8, 32); }

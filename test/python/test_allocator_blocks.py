@@ -40,9 +40,10 @@ def test_peak_within_the_smallest_limit(name: str, dtype: Optional[torch.dtype])
         model = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit="min", profile_repeats=1)
     info = jitckpt.plan(model)
     peak = step_peak(model, family.inputs, dtype, BLOCK)
-    # Beside the model, the step holds the loss and its gradient, two scalars of a block each, and
-    # on PyTorch 2.x nn.TransformerEncoder's fused layers up to 5 KB more than the plan counts (not
-    # found yet). Without the blocks counted, 13 of these went over by up to 20 KB.
-    assert peak <= info["memory_limit"] + 8 * 1024, \
+    # Beside the model, the step holds the loss and its gradient, two scalars of a block each.
+    # Without the blocks counted, 13 of these went over by up to 20 KB; without the buffer copies
+    # kept for recomputations, spectral_norm by 3.5 KB; without what the forward holds from before
+    # the chain, gpt_mask_builtin by a block, and nn.TransformerEncoder under autocast by 4 KB.
+    assert peak <= info["memory_limit"] + 2 * BLOCK, \
         f"{name}, {dtype or 'float32'}: measured peak {peak} bytes in {BLOCK}-byte blocks, limit " \
         f"{info['memory_limit']} (x{peak / info['memory_limit']:.3f}, {info['num_stages']} stages)"
