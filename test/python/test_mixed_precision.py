@@ -109,9 +109,11 @@ def test_trains_bit_for_bit_within_the_limit_at_the_smallest_limit(family, defer
     info = jitckpt.plan(model)
     assert info["num_stages"] >= family.blocks
     peak = step_peak(model, family.inputs, dtype)
-    # Beside the model, the step holds the loss and its gradient (two scalars), and on PyTorch 2.x
-    # nn.TransformerEncoder's fused layers up to 4 KB more than the plan counts (not found yet).
-    assert peak <= info["memory_limit"] + 8 * 1024, \
+    # Beside the model, the step holds the loss and its gradient (two scalars); planned at the
+    # first call, what the forward holds from before the chain (docs/supported.md: 256 bytes of
+    # positions on gpt_mask_builtin); and on 1.13 the U-Net under bfloat16 1.5 KB more than the
+    # plan counts, in bytes (within it in 512-byte blocks; not found yet).
+    assert peak <= info["memory_limit"] + 2048, \
         f"{family.name}, {dtype}: measured peak {peak} bytes, limit {info['memory_limit']} " \
         f"(x{peak / info['memory_limit']:.3f}, {info['num_stages']} stages)"
 
