@@ -4,13 +4,25 @@ find_package(Torch REQUIRED)
 # Torch's imported targets carry its flags (ABI macro); its headers are third-party.
 set_property(TARGET torch APPEND PROPERTY INTERFACE_SYSTEM_INCLUDE_DIRECTORIES ${TORCH_INCLUDE_DIRS})
 
+# The C++ standard this LibTorch's headers require: C++17 up to 2.13, C++20 where ATen.h stops
+# with an #error below it (2.14). Read off the header rather than the version, and handed on to
+# what links jitckpt (jitckpt_torch_standard), installed packages' users included.
+find_file(JITCKPT_ATEN_HEADER ATen/ATen.h PATHS ${TORCH_INCLUDE_DIRS} NO_DEFAULT_PATH)
+file(STRINGS "${JITCKPT_ATEN_HEADER}" JITCKPT_ATEN_NEEDS_CXX20 REGEX "C\\+\\+20 or later")
+if(JITCKPT_ATEN_NEEDS_CXX20)
+  set(CMAKE_CXX_STANDARD 20)
+endif()
+function(jitckpt_torch_standard target)
+  target_compile_features(${target} PUBLIC cxx_std_${CMAKE_CXX_STANDARD})
+endfunction()
+
 # CUDA code is built exactly when LibTorch has CUDA.
 if(TORCH_CUDA_LIBRARIES OR TARGET torch_cuda)
   set(JITCKPT_CUDA ON)
 else()
   set(JITCKPT_CUDA OFF)
 endif()
-message(STATUS "jitckpt: LibTorch ${Torch_VERSION}, CUDA ${JITCKPT_CUDA}")
+message(STATUS "jitckpt: LibTorch ${Torch_VERSION}, C++${CMAKE_CXX_STANDARD}, CUDA ${JITCKPT_CUDA}")
 
 # Every TorchScript translation unit parses torch/script.h, about 20 s each on a 2-core machine;
 # a precompiled header parses it once. jitckpt_torch_pch(target [donor]) gives `target` one of

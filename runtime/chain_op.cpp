@@ -53,9 +53,9 @@ void warnIfGradientsAreHeld(const std::vector<at::Tensor>& lifted) {
 // The gradients of the chain's outputs, between the nodes that receive them from autograd and the
 // chain's backward, which takes them out.
 struct OutputGradients : public torch::CustomClassHolder {
-  std::vector<size_t> positions;  // the outputs that require grad, one hand-off node each
-  std::vector<std::weak_ptr<torch::autograd::Node>> nodes;  // parallel to positions
-  variable_list grads;  // as received, parallel to positions (undefined where none came)
+  std::vector<size_t> positions;   // the outputs that require grad, one hand-off node each
+  std::vector<WeakNodePtr> nodes;  // parallel to positions
+  variable_list grads;             // as received, parallel to positions (undefined where none came)
   bool received = false;
 };
 
@@ -85,12 +85,12 @@ variable_list handOffOutputs(const variable_list& outputs,
   for (size_t i = 0; i < outputs.size(); ++i) {
     at::Tensor alias = outputs[i].detach();
     if (outputs[i].defined() && outputs[i].requires_grad()) {
-      auto node = std::make_shared<OutputGradientHandOff>(slot, slot->positions.size());
+      auto node = makeNode<OutputGradientHandOff>(slot, slot->positions.size());
       node->add_next_edge(torch::autograd::impl::gradient_edge(outputs[i]));
       const uint32_t input_nr = node->add_input_metadata(alias);
       torch::autograd::impl::set_gradient_edge(alias, {node, input_nr});
       slot->positions.push_back(i);
-      slot->nodes.push_back(node);
+      slot->nodes.emplace_back(NodePtr(node));
     }
     aliases.push_back(std::move(alias));
   }

@@ -1,4 +1,5 @@
-// Small named shims over the two supported libtorch lines: Debian's 1.13 (CPU) and the 2.x wheels.
+// Small named shims over the supported libtorch lines: Debian's 1.13 (CPU), and 2.x (2.6 and 2.14
+// from Debian, the 2.11 wheels with CUDA).
 #pragma once
 
 #include <torch/version.h>
@@ -16,7 +17,38 @@
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/function.h>
 
+#include <memory>
+#include <type_traits>
+#include <utility>
+
 namespace jitckpt {
+
+// Who owns an autograd node: std::shared_ptr up to 2.13, c10::intrusive_ptr from 2.14 (read off
+// the type of Edge::function). makeNode<T>(args...) makes a node the engine can hold; WeakNodePtr
+// observes one without keeping it alive.
+using NodePtr = decltype(torch::autograd::Edge::function);
+namespace compat_detail {
+template <class Owner>
+struct WeakOf;
+template <class T>
+struct WeakOf<std::shared_ptr<T>> {
+  using type = std::weak_ptr<T>;
+};
+template <class T>
+struct WeakOf<c10::intrusive_ptr<T>> {
+  using type = c10::weak_intrusive_ptr<T>;
+};
+}  // namespace compat_detail
+using WeakNodePtr = compat_detail::WeakOf<NodePtr>::type;
+
+template <class T, class... Args>
+auto makeNode(Args&&... args) {
+  static_assert(std::is_base_of_v<torch::autograd::Node, T>, "makeNode makes autograd nodes");
+  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>)
+    return std::make_shared<T>(std::forward<Args>(args)...);
+  else
+    return c10::make_intrusive<T>(std::forward<Args>(args)...);
+}
 
 // Whether autograd node `n` has hooks on the gradients it receives: tensor hooks and retain_grad()
 // of the tensors it made. PyTorch 1.13 keeps them among the node's pre-hooks, 2.x apart.

@@ -60,7 +60,7 @@ void linkStages(const std::vector<RecordedStage>& run, torch::autograd::edge_lis
       torch::autograd::Edge next = below[j];
       if (!next.is_valid()) {
         next = torch::autograd::Edge(
-            std::make_shared<GradientSink>(inputs[j].function->input_metadata(0).options()), 0);
+            makeNode<GradientSink>(inputs[j].function->input_metadata(0).options()), 0);
         wrt.push_back(next);
         targets.emplace_back(GradientTarget::Dropped, j);
       }
@@ -77,12 +77,11 @@ Tensors gradientsOf(torch::autograd::edge_list root_edges, Tensors root_grads,
   // The root's own input is a placeholder it ignores (the engine needs one, with a device):
   // uninitialized, so that no kernel is launched for it.
   const at::Tensor placeholder = at::empty({}, root_grads.at(0).options());
-  auto root = std::make_shared<ReleasingRoot>(std::move(root_edges), std::move(root_grads));
+  auto root = makeNode<ReleasingRoot>(std::move(root_edges), std::move(root_grads));
   root->add_input_metadata(placeholder);
   for (auto& edge : wrt_edges) {
     // Unreachable (allow_unused): an edge to a node of its own, as autograd::grad makes.
-    if (!edge.is_valid())
-      edge = torch::autograd::Edge(std::make_shared<torch::autograd::Identity>(), 0);
+    if (!edge.is_valid()) edge = torch::autograd::Edge(makeNode<torch::autograd::Identity>(), 0);
   }
   const torch::autograd::edge_list start{torch::autograd::Edge(std::move(root), 0)};
   return torch::autograd::Engine::get_default_engine().execute(
@@ -166,7 +165,7 @@ void runAsBackward(c10::Device device, const std::function<void()>& body) {
   // The engine starts a node on the thread of its input's device (see gradientsOf); empty, so
   // that no memory a profile measures is allocated for it.
   const at::Tensor placeholder = at::empty({0}, at::TensorOptions().device(device));
-  auto node = std::make_shared<CallbackNode>(body);
+  auto node = makeNode<CallbackNode>(body);
   node->add_input_metadata(placeholder);
   torch::autograd::Engine::get_default_engine().execute(
       {torch::autograd::Edge(std::move(node), 0)}, {placeholder}, /*keep_graph=*/false,

@@ -378,7 +378,7 @@ RecordedStage StageRunner::recordedForward(int l, const Tensors& activations) {
     if (!(*inputs_never_require_grad_)[l - 1][i] && t.is_floating_point()) {
       // A node of the input's own, holding only its metadata: B captures what reaches it. A
       // leaf's AccumulateGrad would hold the input's storage as long as the graph lives.
-      auto node = std::make_shared<torch::autograd::Identity>();
+      auto node = makeNode<torch::autograd::Identity>();
       node->add_input_metadata(input);
       edge = torch::autograd::Edge(std::move(node), 0);
       torch::autograd::impl::set_gradient_edge(input, edge);

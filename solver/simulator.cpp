@@ -36,7 +36,7 @@ class HeldActivations {
     for (int i : over_[l]) {
       const Span& span = chain_.spans[i];
       int copy;
-      if (span.first < l) {  // a copy a^{l-1} holds
+      if (l > 0 && span.first < l) {  // a copy a^{l-1} holds (l > 0: GCC 16 cannot tell)
         const auto& theirs = copies_[l - 1];
         copy =
             theirs[std::find(over_[l - 1].begin(), over_[l - 1].end(), i) - over_[l - 1].begin()];
