@@ -1,5 +1,7 @@
 """Python entry points over jitckpt._C."""
+import contextlib
 import sys
+import warnings
 from typing import Any, Dict, Optional, Sequence, Union
 
 import torch
@@ -9,12 +11,23 @@ from . import _C
 MemoryLimit = Union[None, int, float, str]
 
 
+@contextlib.contextmanager
+def _quiet_torchscript():
+    """Where jitckpt itself scripts or loads a module, TorchScript's deprecation warnings (2.11 on;
+    on 2.14 with Python 3.14, "`torch.jit.script` is not supported in Python 3.14+") are its own
+    business, not the user's: they are not shown. The user's own calls still warn."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
+        yield
+
+
 def _script(module: Any) -> torch.jit.ScriptModule:
     if isinstance(module, torch.jit.ScriptModule):
         return module
     if isinstance(module, torch.nn.Module):
         try:
-            return torch.jit.script(module)
+            with _quiet_torchscript():
+                return torch.jit.script(module)
         except Exception as error:  # the scripting error says which line fails
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise TypeError(
