@@ -29,12 +29,12 @@ def torchscript_warnings(run) -> list:
 
 
 def test_a_module_jitckpt_scripts_itself_shows_no_torchscript_warning():
-    x = torch.randn(512, 32)  # activations (64 KiB a layer) above the gradients (4 KiB a layer)
+    x = torch.randn(512, 32)
     model = None
 
     def checkpoint():
         nonlocal model
-        model = jitckpt.checkpoint(Net().train(), (x,), memory_limit=0.75)
+        model = jitckpt.checkpoint(Net().train(), (x,), memory_limit="min")
 
     assert torchscript_warnings(checkpoint) == []
     model(x).sum().backward()  # and it trains
@@ -43,7 +43,7 @@ def test_a_module_jitckpt_scripts_itself_shows_no_torchscript_warning():
 
 def test_the_users_own_torchscript_calls_still_warn():
     before = torchscript_warnings(lambda: torch.jit.script(Net()))
-    torchscript_warnings(lambda: jitckpt.checkpoint(Net().train(), memory_limit=0.75))
+    torchscript_warnings(lambda: jitckpt.checkpoint(Net().train(), memory_limit="min"))
     after = torchscript_warnings(lambda: torch.jit.script(Net()))
     assert after == before
     if TORCH >= (2, 14) and sys.version_info >= (3, 14):
