@@ -134,6 +134,24 @@ def measure(step: Step, device: str, runs: int = 5, min_seconds: float = 0.5,
     return statistics.median(timed_run(step, device, steps) for _ in range(runs)), peak
 
 
+def interleaved_times(steps: Sequence[Step], device: str, rounds: int = 5,
+                      min_seconds: float = 0.5) -> List[float]:
+    """Median seconds per step of each of `steps`, timed in alternating rounds: each round runs
+    every step once (a run of enough steps to last min_seconds), in reverse order every other
+    round, so that a slow drift of the machine reaches every point alike instead of the points
+    timed last. Each step runs once first, as a warm-up that also allocates its gradients."""
+    counts = []
+    for step in steps:
+        step()
+        counts.append(steps_per_run(step, device, min_seconds))
+    times: List[List[float]] = [[] for _ in steps]
+    order = list(range(len(steps)))
+    for i in range(rounds):
+        for k in (order if i % 2 == 0 else reversed(order)):
+            times[k].append(timed_run(steps[k], device, counts[k]))
+    return [statistics.median(t) for t in times]
+
+
 def is_out_of_memory(error: BaseException) -> bool:
     return "out of memory" in str(error).lower()
 

@@ -1,8 +1,10 @@
 """The main job on a built-in example: a scripted torchvision ResNet-50 trained on the CPU.
 
 Profiles, solves and trains a few steps at several limits (unconstrained, 50% of the unconstrained
-peak or halfway to the smallest limit that works, and just above that smallest) for each strategy, prints predicted against measured peak memory and time,
-checks that gradients are bit-identical to the unmodified model, and plots time against peak.
+peak or halfway to the smallest limit that works, and just above that smallest) for each strategy,
+prints predicted against measured peak memory and time, checks that gradients are bit-identical to
+the unmodified model, and plots time against peak. Every point is timed in the same alternating
+rounds (the median of --rounds), so that the curve is the schedules', not the machine's drift.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/demo.py --out build/demo
 """
@@ -16,7 +18,7 @@ import torch
 import jitckpt
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models"))  # the model zoo
 import zoo
-from common import fresh_copy, gradients, make_step, measure, use_threads
+from common import fresh_copy, gradients, interleaved_times, make_step, step_peak, use_threads
 
 
 def main() -> None:
@@ -27,6 +29,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--image", type=int, default=160)
     parser.add_argument("--out", default="build/demo")
+    parser.add_argument("--rounds", type=int, default=5, help="timing rounds; each times every point once")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     use_threads()
@@ -45,7 +48,7 @@ def main() -> None:
           f"{jitckpt._C.format_bytes(first['unconstrained_peak'])}; the smallest limit that works is {smallest:.0%} of it")
     # The parameter gradients the backward ends up holding are a floor no schedule goes below.
     fractions = [None, max(0.5, round((1 + smallest) / 2, 2)), max(0.25, round(smallest + 0.02, 2))]
-    rows = []
+    rows, steps = [], []
     for strategy in ["none", "optimal", "periodic", "revolve"]:
         for fraction in fractions if strategy != "none" else [None]:
             try:
@@ -58,17 +61,24 @@ def main() -> None:
             info = jitckpt.plan(rewritten)
             grads = gradients(fresh_copy(rewritten), x)
             identical = all(torch.equal(grads[name], reference[name]) for name in reference)
-            seconds, peak = measure(make_step(rewritten, x, list(rewritten.parameters())), "cpu", runs=3,
-                                  min_seconds=0.3)
+            step = make_step(rewritten, x, list(rewritten.parameters()))
+            step()
+            steps.append(step)
             rows.append({
                 "strategy": strategy, "limit": "unconstrained" if fraction is None else f"{fraction:.0%}",
                 "limit_bytes": info["memory_limit"], "predicted_peak": info["predicted_peak"],
-                "measured_peak": peak, "predicted_ms": info["predicted_time_ms"], "measured_ms": seconds * 1e3,
+                "measured_peak": step_peak(step, "cpu"), "predicted_ms": info["predicted_time_ms"],
                 "stages": info["num_stages"], "gradients_identical": identical,
             })
     plain = fresh_copy(base)
-    plain_seconds, plain_peak = measure(make_step(plain, x, list(plain.parameters())), "cpu", runs=3,
-                                        min_seconds=0.3)
+    steps.append(make_step(plain, x, list(plain.parameters())))
+    steps[-1]()
+    plain_peak = step_peak(steps[-1], "cpu")
+    # Every point in the same rounds, so that the curve shows the schedules, not the machine's drift.
+    seconds = interleaved_times(steps, "cpu", rounds=args.rounds, min_seconds=0.3)
+    for row, s in zip(rows, seconds):
+        row["measured_ms"] = s * 1e3
+    plain_seconds = seconds[-1]
 
     fmt = jitckpt._C.format_bytes
     print(f"\nplain TorchScript: step {plain_seconds * 1e3:.1f} ms, measured peak {fmt(plain_peak)}")
