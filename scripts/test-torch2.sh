@@ -3,8 +3,9 @@
 # share of the tests there, in a Debian root made with debootstrap from Debian's registry:
 #   2.14  Debian sid's PyTorch 2.14 (Python 3.14, C++20): the C++ tests, lit, both installations,
 #         the Python API's files and the fuzzer's regressions;
-#   2.6   Debian trixie's PyTorch 2.6, against the Python module alone: the model zoo's long files
-#         (every family, mixed precision with float16, deferred planning).
+#   2.6   Debian trixie's PyTorch 2.6, against the Python module alone: every family at its
+#         smallest limit in allocator blocks (float32, bfloat16, float16), carried masks, and the
+#         fuzzer's regressions.
 # `--all` runs every test there but the solver's and the GPU suite's dry run (34 minutes on 2.14).
 # docs/development.md says what runs where, and why that is enough. The roots and their build
 # folders are kept between runs (in JITCKPT_TORCH2_ROOTS, default /var/tmp: jitckpt-sid,
@@ -137,11 +138,12 @@ elif [ "$line" = 2.14 ]; then
   test="USE_LIBUV=0 ctest --test-dir /build --output-on-failure -j$jobs -LE gpu_suite \
     -E '^(pytest_test_($left_out)|fuzz_models_.*)\$'"
 else
-  # The Python module alone, and the model zoo's files that 2.6's kernels and autocast (float16 on
-  # the CPU) decide: every family, every autocast dtype, deferred planning.
+  # The Python module alone, and what 2.6's kernels and autocast decide: every family at its
+  # smallest limit in 512-byte blocks, float32 and autocast to bfloat16 and float16; carried
+  # masks through its attention; the fuzzer's regressions.
   build="cmake --build /build -j$jobs --target _C"
   test="ctest --test-dir /build --output-on-failure -j$jobs \
-    -R '^pytest_test_(model_families|mixed_precision|deferred)\$'"
+    -R '^(pytest_test_(allocator_blocks|carried_masks)|fuzz_regressions)\$'"
 fi
 $SUDO chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root bash -c "
   set -e

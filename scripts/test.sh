@@ -45,17 +45,16 @@ done_at "the solver under the sanitizers"
 ./scripts/test-sanitize.sh
 done_at "the runtime under the sanitizers"
 
-# The suite against the LibTorch that is installed (Debian's 1.13), but for what another phase runs
-# whole: the four exactness files the sanitizers ran, and the two files of the model zoo that run
-# on 2.6 (every family, deferred planning); the fuzzer's first 150 models. (Release: no debug
-# information to compile and link; examples/ is built out of tree by the install test; no
-# link-time optimization, which compiles the Python module's code a second time at its link, and
-# the tests time nothing.)
+# The suite against the LibTorch that is installed (Debian's 1.13), but for the four exactness files
+# the sanitizers ran whole, with the fuzzer's first 150 models. (Release: no debug information to
+# compile and link; examples/ is built out of tree by the install test; no link-time
+# optimization, which compiles the Python module's code a second time at its link, and the tests
+# time nothing.)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DJITCKPT_BUILD_EXAMPLES=OFF \
   -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF -DJITCKPT_FUZZ_MODELS=150 >/dev/null
 cmake --build build -j"$jobs"
 done_at "the build on the installed LibTorch"
-elsewhere="checkpoint|layout_exactness|faults|autograd_contracts|model_families|deferred"
+elsewhere="checkpoint|layout_exactness|faults|autograd_contracts"
 ctest --test-dir build --output-on-failure -j"$jobs" -E "^pytest_test_($elsewhere)\$"
 done_at "the suite on the installed LibTorch"
 
