@@ -139,11 +139,9 @@ def interleaved_times(steps: Sequence[Step], device: str, rounds: int = 5,
     """Median seconds per step of each of `steps`, timed in alternating rounds: each round runs
     every step once (a run of enough steps to last min_seconds), in reverse order every other
     round, so that a slow drift of the machine reaches every point alike instead of the points
-    timed last. Each step runs once first, as a warm-up that also allocates its gradients."""
-    counts = []
-    for step in steps:
-        step()
-        counts.append(steps_per_run(step, device, min_seconds))
+    timed last. The steps must have run once already (a warm-up, as the caller's peak measurement
+    is), so that the step steps_per_run times is a warm one."""
+    counts = [steps_per_run(step, device, min_seconds) for step in steps]
     times: List[List[float]] = [[] for _ in steps]
     order = list(range(len(steps)))
     for i in range(rounds):
