@@ -29,17 +29,15 @@ when their gap is within the machine's drift, so every checkpoint_sequential and
 also paired with an optimal schedule at the same activation memory (periodic: its predicted peak,
 same profile; checkpoint_sequential: its measured step peak less what the measured unconstrained
 step holds beyond its predicted peak: the loss, and what the prologue and epilogue hold) and the two
-are timed back to back in alternating rounds. Written to <name>-paired.csv: the speedup
+are timed back to back in alternating rounds. The JSON's "paired" holds, per pair, the speedup
 (baseline time / optimal time) median, min and max over the rounds, and both measured peaks.
 A point that runs out of memory is recorded with status "oom" and left off the plot, as in the
 paper; a limit that a strategy cannot meet, as "infeasible".
 
-Writes <out>/<name>.csv (the points), <name>.json (settings, points, summary) and <name>.png.
+Writes <out>/<name>.json (settings, points, summary, pairs; one record a line) and <name>.png.
 """
 import argparse
-import csv
 import inspect
-import json
 import math
 import os
 import platform
@@ -56,13 +54,10 @@ import jitckpt
 import summary
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models"))  # the model zoo
 import zoo
+import records
 from common import (is_out_of_memory, make_step, pyplot, paired_ratio, paired_ratios, release_memory, step_peak,
                     steps_per_run, timed_run, use_threads)
 
-FIELDS = ["strategy", "parameter", "status", "limit_bytes", "measured_peak", "measured_ms", "throughput",
-          "predicted_peak", "predicted_ms", "note"]
-PAIRED_FIELDS = ["baseline", "segments", "status", "baseline_peak", "optimal_limit", "optimal_peak",
-                 "optimal_predicted_peak", "speedup_median", "speedup_min", "speedup_max"]
 STYLES = {"plain": ("s", "red"), "sequential": ("x", "purple"), "periodic": ("+", "gray"),
           "revolve": ("o-", "green"), "optimal": ("^-", "blue"), "compile": ("d-", "orange")}
 
@@ -293,10 +288,6 @@ class Experiment:
                       f"{r['measured_ms']:9.1f} ms  {r['throughput']:8.3f} img/s"
                       + (f"  (predicted {r['predicted_ms']:.1f} ms)" if r["predicted_ms"] != "" else ""))
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, f"{self.name}.csv"), "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=FIELDS)
-            writer.writeheader()
-            writer.writerows(rows)
         figures = summary.summarize(rows, self.paired_overhead)
         print("\n" + "\n".join(summary.describe(figures)))
         settings = {k: v for k, v in vars(args).items() if k != "out"}
@@ -311,12 +302,8 @@ class Experiment:
         if self.paired:
             figures["paired"] = summary.paired_summary(self.paired)
             print("\n".join(summary.describe_paired(figures["paired"])))
-            with open(os.path.join(args.out, f"{self.name}-paired.csv"), "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=PAIRED_FIELDS)
-                writer.writeheader()
-                writer.writerows(self.paired)
         with open(os.path.join(args.out, f"{self.name}.json"), "w") as f:
-            json.dump({"settings": settings, "rows": rows, "summary": figures, "paired": self.paired}, f, indent=1)
+            records.dump({"settings": settings, "rows": rows, "summary": figures, "paired": self.paired}, f)
         plot(rows, f"{args.model}, {args.image}x{args.image}, batch {args.batch}, {self.device}",
              os.path.join(args.out, f"{self.name}.png"))
 

@@ -16,7 +16,6 @@ The peak is one step's above what was live before it, with the caller's tensors 
 added (families.caller_held_bytes), as the tests count it; the loss here makes one scalar.
 """
 import argparse
-import json
 import os
 import platform
 import sys
@@ -28,6 +27,7 @@ import torch
 import torchvision
 
 import jitckpt
+import records
 from common import use_threads
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models"))
@@ -206,9 +206,9 @@ def main() -> None:
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
-            json.dump({"command": " ".join(sys.argv), "torch": torch.__version__, "threads": threads,
+            records.dump({"command": " ".join(sys.argv), "torch": torch.__version__, "threads": threads,
                        "onednn": args.onednn,
-                       "machine": platform.machine(), "rows": rows}, f, indent=1)
+                       "machine": platform.machine(), "rows": rows}, f)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ Figures 4 and 5 (ResNet-101 at 1000x1000, batch 1 to 8; ResNet-1001 at 224, batc
 DenseNet-121 and Inception v3 at 500x500. Arguments after the suite's options go to every
 models_bench.py run (--runs 3, --compile-budgets '', ...).
 
-Writes <out>/<experiment>.{csv,json,png}, <out>/summary.md, <out>/summary.json and
+Writes <out>/<experiment>.{json,png}, <out>/summary.md, <out>/summary.json and
 <out>/summary.png (every experiment's plot on one page).
 """
 import argparse
@@ -25,6 +25,7 @@ import sys
 import time
 from typing import Dict, List
 
+import records
 import summary
 from models_bench import draw
 
@@ -113,7 +114,7 @@ def write_summary(out: str, suite: str, device: str, passthrough: List[str]) -> 
         "noise": mean_of([(res["summary"].get("noise") or {}).get("mean_spread") for res in results]),
     }
     with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump(total, f, indent=1)
+        records.dump(total, f)
 
     def pct(v, signed=True):
         return "n/a" if v is None else (f"{100 * v:+.1f}%" if signed else f"{100 * v:.1f}%")
@@ -149,7 +150,7 @@ def write_summary(out: str, suite: str, device: str, passthrough: List[str]) -> 
               f"jitckpt unconstrained against plain TorchScript: time {over} on average between separate points, "
               f"{paired} in alternating rounds (target: at most x1.02). Identical schedules measured at different "
               f"points spread by {pct(total['noise'], False)} on average: smaller differences are noise.",
-              "", "Definitions: bench/summary.py. Per experiment: <experiment>.{csv,json,png} beside this file."]
+              "", "Definitions: bench/summary.py. Per experiment: <experiment>.{json,png} beside this file."]
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

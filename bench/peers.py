@@ -47,6 +47,7 @@ import torch
 
 import jitckpt
 import peer_methods
+import records
 from common import TrainingStep, is_out_of_memory, loss_of, paired_ratios, release_memory, step_peak, use_threads
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models"))  # the model zoo
 import families
@@ -256,8 +257,8 @@ def write(args: argparse.Namespace, comparison: Comparison) -> None:
     if args.device.startswith("cuda"):
         settings["gpu"] = torch.cuda.get_device_name()
     with open(base + ".json", "w") as f:
-        json.dump({"settings": settings, "eager_peak": comparison.eager_peak, "rows": rows, "summary": summary,
-                   "paired": comparison.paired}, f, indent=1)
+        records.dump({"settings": settings, "eager_peak": comparison.eager_peak, "rows": rows, "summary": summary,
+                   "paired": comparison.paired}, f)
 
 
 def summary_table(out: str) -> str:

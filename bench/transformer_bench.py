@@ -24,7 +24,6 @@ Any test/models/families.py family can be added with --models (no goals for thos
 """
 import argparse
 import csv
-import json
 import os
 import platform
 import statistics
@@ -38,6 +37,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models"))  # the model zoo
 import families
 import jitckpt
+import records
 from common import TrainingStep, is_out_of_memory, pyplot, release_memory, step_peak, timed_run, use_threads
 
 # Short name -> (family, goal for the smallest point's peak ratio to plain).
@@ -280,7 +280,7 @@ def main() -> None:
     if kind == "gpu":
         settings["gpu"] = torch.cuda.get_device_name()
     with open(base + ".json", "w") as f:
-        json.dump({"settings": settings, "rows": [{k: r[k] for k in FIELDS} for r in rows]}, f, indent=1)
+        records.dump({"settings": settings, "rows": [{k: r[k] for k in FIELDS} for r in rows]}, f)
     plot(rows, f"transformers, {args.device}, threads {threads}, size {args.size}", base + ".png")
     print(f"wrote {out}, {base}.json, {base}.png")
 

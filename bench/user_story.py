@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 import jitckpt
 import peer_methods
+import records
 from common import is_out_of_memory, release_memory, synchronize, use_threads
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models"))  # the model zoo
 import families
@@ -189,7 +190,7 @@ def main() -> None:
     story.run()
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump(story.result, f, indent=1)
+        records.dump(story.result, f)
 
 
 if __name__ == "__main__":

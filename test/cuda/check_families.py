@@ -33,6 +33,9 @@ import jitckpt  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models"))  # the model zoo
 import families  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import records  # noqa: E402
+
 STEPS = 3
 SLACK = 8 * 1024  # bytes
 AUTOCAST = {"none": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -167,8 +170,7 @@ def main():
         print(json.dumps(row), flush=True)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"torch": torch.__version__, "gpu": gpu, "autocast": args.autocast, "rows": rows}, f,
-                      indent=1)
+            records.dump({"torch": torch.__version__, "gpu": gpu, "autocast": args.autocast, "rows": rows}, f)
     bad = [r["family"] for r in rows if "error" in r or (r["reference_repeats"] and r["difference_at_min"])
            or r["peak_at_min"] > r["limit"] + SLACK]
     print("FAILED: " + ", ".join(bad) if bad else

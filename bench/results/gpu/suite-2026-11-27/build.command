@@ -1,1 +1,0 @@
-./scripts/bench.sh gpu-build 

@@ -1,1 +1,0 @@
-python3 test/fuzz/fuzz.py --device cuda --seeds 0:40 

@@ -1,1 +1,0 @@
-python3 test/cuda/trace_peak.py densenet121 
