@@ -32,11 +32,11 @@ done_at "the format check"
 cmake -S . -B build-sanitize -G Ninja -DJITCKPT_WITH_TORCH=OFF -DJITCKPT_SANITIZE=ON \
   -DJITCKPT_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-sanitize -j"$jobs"
-# (The six longest comparisons take six minutes under ASan, one of them three and a half; the suite
-# on the installed LibTorch runs them, optimized, below.)
+# (The six longest comparisons take six minutes under ASan, one of them three and a half; they and
+# the full-size tables held to hashes run optimized in the suite on the installed LibTorch, below.)
 longest="PassThroughChainsEqualExhaustiveSearch|EqualsTheExhaustiveSearchsSmallestLimit"
 longest+="|StrictlyFasterNonPersistentScheduleExists|StagesThatRunOnceEqualExhaustiveSearch"
-longest+="|EveryCurvePointSolves|FitsTheLimitAndIsNeverSlowerThanAFittingCandidate"
+longest+="|EveryCurvePointSolves|FitsTheLimitAndIsNeverSlowerThanAFittingCandidate|TableHash"
 ctest --test-dir build-sanitize --output-on-failure -j"$jobs" -E "$longest"
 done_at "the solver under the sanitizers"
 
