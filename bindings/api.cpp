@@ -32,10 +32,10 @@ c10::intrusive_ptr<jitckpt::Plan> requirePlan(const torch::jit::Module& module) 
 }
 
 // The plan that holds a rewritten module's profile: its own, or, rewritten without example inputs,
-// the one its last training call made.
+// the one its last training call ran.
 c10::intrusive_ptr<jitckpt::Plan> profiledPlan(const torch::jit::Module& module) {
   auto plan = requirePlan(module);
-  if (plan->solution().costs.length() < 1) plan = plan->variants().latest();
+  if (plan->solution().costs.length() < 1) plan = plan->variants().lastUsed();
   TORCH_CHECK(plan,
               "this module has no profile yet: it was rewritten without example inputs and "
               "has not trained; train it once, or rewrite it with example inputs, to reuse "
@@ -110,6 +110,7 @@ py::list variantsInfo(const jitckpt::Plan& plan) {
     entry["input_shapes"] = v.input_key.shapes;
     entry["input_types"] = v.input_key.types;
     entry["memory_limit"] = v.memory_limit;
+    entry["over_limit"] = v.over_limit;
     entry["predicted_peak"] = v.predicted_peak;
     entry["unconstrained_peak"] = v.unconstrained_peak;
     entry["schedule"] = jitckpt::solver::toString(v.schedule);
@@ -131,6 +132,7 @@ py::dict solutionInfo(const jitckpt::Plan& plan) {
   info["slots"] = s.slots;
   if (s.deferred) return info;
   info["memory_limit"] = s.memory_limit;
+  info["over_limit"] = s.over_limit;
   info["predicted_peak"] = s.predicted_peak;
   info["predicted_time_ms"] = s.predicted_time;
   info["unconstrained_peak"] = s.unconstrained_peak;
@@ -175,22 +177,12 @@ py::dict solutionInfo(const jitckpt::Plan& plan) {
   return info;
 }
 
-// A planned module: its plan. A deferred one: before its first training call, what was asked
-// (deferred: True, no schedule); after it, the plan made for the latest inputs, with deferred:
-// True.
+// The plan the module's last call ran: its own, or one made for other inputs (deferred: before
+// its first training call, what was asked, with no schedule).
 py::dict planInfo(const torch::jit::Module& module) {
   auto plan = requirePlan(module);
-  py::dict info;
-  if (plan->deferred()) {
-    auto made = plan->variants().latest();
-    info = solutionInfo(made ? *made : *plan);
-  } else if (plan->variants().replacedPlanned()) {  // by a plan for larger sizes of its data
-    std::lock_guard<std::mutex> lock(plan->variants().mutex());
-    auto replaced = plan->variants().find(plan->solution().input_key);
-    info = solutionInfo(replaced ? *replaced : *plan);
-  } else {
-    info = solutionInfo(*plan);
-  }
+  auto used = plan->variants().lastUsed();
+  py::dict info = solutionInfo(used ? *used : *plan);
   info["deferred"] = plan->deferred();
   // The plans made since for other inputs (this process only; never saved).
   info["variants"] = variantsInfo(*plan);

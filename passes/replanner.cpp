@@ -2,6 +2,7 @@
 // the new arguments and solves them at the plan's limit and strategy (see runtime/replan.h).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iomanip>
 #include <iostream>
@@ -51,6 +52,11 @@ class ProfilingReplanner final : public Replanner {
     const InputKey key = inputKey(planned.stages(), arguments);
     SolveOptions solve_options{old.strategy, old.slots, old.segments, old.given};
     solve_options.epilogue_gradient_bytes = old.epilogue_gradient_bytes;
+    // Once one plan of this module was made, other shapes plan against what its limit meant
+    // there, and a shape no schedule fits runs at its smallest rather than stopping training.
+    const int64_t planned_limit = planned.deferred() ? 0 : old.memory_limit;
+    solve_options.least_fraction_bytes = std::max(planned_limit, planned.variants().largestLimit());
+    solve_options.smallest_when_infeasible = solve_options.least_fraction_bytes > 0;
     availableForActivations(old.requested_limit, arguments, old.outside_gradient_bytes,
                             solve_options);
     try {

@@ -79,15 +79,20 @@ std::pair<int64_t, solver::Selection> selectForLimit(const solver::MemoryLimit& 
     return {smallest.peak, std::move(smallest)};
   }
   if (limit.kind != Kind::Auto) {
-    const int64_t bytes = limit.resolve(unconstrained_peak);
-    return {bytes, select(costs, bytes, options)};
+    int64_t bytes = limit.resolve(unconstrained_peak);
+    if (limit.kind == Kind::Fraction) bytes = std::max(bytes, options.least_fraction_bytes);
+    solver::Selection selection = select(costs, bytes, options);
+    if (selection.feasible || !options.smallest_when_infeasible)
+      return {bytes, std::move(selection)};
+    return {bytes, smallestSelection(costs, options)};
   }
   const int64_t budget = autoBudget(options, costs);
   solver::Selection selection = select(costs, budget, options);
   if (selection.feasible) return {budget, std::move(selection)};
   solver::Selection smallest = smallestSelection(costs, options);
   TORCH_CHECK(
-      smallest.peak <= budget, "jitckpt: memory_limit \"auto\": the device has ",
+      smallest.peak <= budget || options.smallest_when_infeasible,
+      "jitckpt: memory_limit \"auto\": the device has ",
       solver::formatBytes(options.available_bytes), " available, which leaves ",
       solver::formatBytes(std::max<int64_t>(budget, 0)), " for activations and gradients (after a ",
       static_cast<int>(kAutoMargin * 100), "% margin, ",
@@ -149,6 +154,14 @@ Solution solveCosts(solver::Costs costs, const solver::MemoryLimit& limit,
       selectForLimit(limit, s.costs, s.unconstrained_peak, options, s.input_key);
   s.memory_limit = bytes;
   TORCH_CHECK(selection.feasible, selection.message);
+  if (options.smallest_when_infeasible && selection.peak > bytes) {
+    TORCH_WARN("jitckpt: no schedule fits the memory limit ", limit.toString(), " (",
+               solver::formatBytes(bytes), ") for inputs [", s.input_key.str(),
+               "]; these inputs run at their smallest limit, ", solver::formatBytes(selection.peak),
+               ". A limit that holds every shape you train on avoids this");
+    s.memory_limit = selection.peak;
+    s.over_limit = true;
+  }
   s.schedule = std::move(selection.schedule);
   s.predicted_peak = selection.peak;
   s.predicted_time = selection.time;

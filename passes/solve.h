@@ -3,6 +3,9 @@
 // predicted peak and time, and, for the optimal strategy, the whole time-memory curve. Errors
 // (TORCH_CHECK) for an impossible limit name the smallest limit that works.
 //
+// Across input shapes (re-plans): bytes mean the same bytes at every shape; a fraction the largest
+// of its value times each shape's unconstrained peak planned so far; "min" each shape's smallest.
+//
 // "min" resolves to the smallest limit at which the strategy finds a schedule (the fastest there);
 // "auto" to what the device has available when the plan is made, less a safety margin of
 // kAutoMargin (allocator rounding and fragmentation, and tensors made after planning such as the
@@ -33,6 +36,12 @@ struct SolveOptions {
   // Gradients of the epilogue's parameters, held through the chain's backward: solveCosts makes
   // them the terminal stage's wg (Solution::epilogue_gradient_bytes).
   int64_t epilogue_gradient_bytes = 0;
+  // Re-plans for other inputs. A fraction resolves to no fewer bytes than this: the largest
+  // budget planned so far, so that a smaller shape is not held to a smaller budget.
+  int64_t least_fraction_bytes = 0;
+  // Where no schedule fits the limit, the strategy's smallest (Solution::over_limit, one warning)
+  // instead of an error: a shape met in training must not stop it.
+  bool smallest_when_infeasible = false;
 };
 
 constexpr double kAutoMargin = 0.10;

@@ -51,6 +51,9 @@ struct Solution {
   // chain's backward and held through it, so the costs count them as the terminal stage's wg.
   int64_t epilogue_gradient_bytes = 0;
   int profile_repeats = 5;  // timed runs per stage when profiling for other inputs
+  // A re-plan for inputs where no schedule fits the requested limit: memory_limit is their
+  // smallest (SolveOptions::smallest_when_infeasible). Process-local, never saved.
+  bool over_limit = false;
 };
 
 class PlanVariants;

@@ -1,6 +1,8 @@
 // planForArguments and the installed Replanner (see replan.h).
 #include "runtime/replan.h"
 
+#include <algorithm>
+
 #include "runtime/executor.h"
 
 namespace jitckpt {
@@ -15,26 +17,44 @@ std::unique_ptr<Replanner>& installed() {
 
 void installReplanner(std::unique_ptr<Replanner> replanner) { installed() = std::move(replanner); }
 
-c10::intrusive_ptr<Plan> PlanVariants::find(const InputKey& key) const {
+void PlanVariants::markUsed(Entry& entry) {
+  entry.used = ++uses_;
+  last_used_ = entry.plan;
+  planned_used_last_.store(false, std::memory_order_relaxed);
+}
+
+c10::intrusive_ptr<Plan> PlanVariants::find(const InputKey& key) {
   auto found = plans_.find(key);
-  return found == plans_.end() ? c10::intrusive_ptr<Plan>() : found->second;
+  if (found == plans_.end()) return {};
+  markUsed(found->second);
+  return found->second.plan;
 }
 
 std::vector<c10::intrusive_ptr<Plan>> PlanVariants::all() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<c10::intrusive_ptr<Plan>> plans;
-  for (const auto& entry : plans_) plans.push_back(entry.second);
+  for (const auto& entry : plans_) plans.push_back(entry.second.plan);
   return plans;
 }
 
-c10::intrusive_ptr<Plan> PlanVariants::latest() const {
+c10::intrusive_ptr<Plan> PlanVariants::lastUsed() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return latest_;
+  return planned_used_last_.load() ? c10::intrusive_ptr<Plan>() : last_used_;
 }
 
 void PlanVariants::add(const InputKey& key, c10::intrusive_ptr<Plan> plan) {
-  latest_ = plan;
-  plans_[key] = std::move(plan);
+  const Solution& solution = plan->solution();
+  if (!solution.over_limit && solution.memory_limit > largest_limit_.load())
+    largest_limit_.store(solution.memory_limit);
+  Entry& entry = plans_[key];
+  entry.plan = std::move(plan);
+  markUsed(entry);
+  while (plans_.size() > kMaxPlans) {
+    auto oldest = std::min_element(plans_.begin(), plans_.end(), [](const auto& a, const auto& b) {
+      return a.second.used < b.second.used;
+    });
+    plans_.erase(oldest);
+  }
 }
 
 c10::intrusive_ptr<Plan> planForArguments(const c10::intrusive_ptr<Plan>& plan,
@@ -43,10 +63,14 @@ c10::intrusive_ptr<Plan> planForArguments(const c10::intrusive_ptr<Plan>& plan,
   const InputKey& planned = plan->solution().input_key;
   PlanVariants& variants = plan->variants();
   if (!plan->deferred() && (planned.shapes.empty() || key.matches(planned))) {
-    if (!variants.replacedPlanned()) return plan;
+    if (!variants.replacedPlanned()) {
+      variants.usedPlanned();
+      return plan;
+    }
     std::lock_guard<std::mutex> lock(variants.mutex());
-    auto found = variants.find(key);
-    return found ? found : plan;
+    if (auto found = variants.find(key)) return found;
+    variants.usedPlanned();
+    return plan;
   }
   std::lock_guard<std::mutex> lock(variants.mutex());
   if (auto found = variants.find(key)) return found;

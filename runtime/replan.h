@@ -47,13 +47,30 @@ c10::intrusive_ptr<Plan> planForLargerSizes(const c10::intrusive_ptr<Plan>& plan
                                             const ChainArguments& arguments,
                                             const StageOutputsGrew& grew);
 
-// The plans made from one plan, by input shapes.
+// The plans made from one plan, by input shapes: at most kMaxPlans, the least recently used
+// dropped first, so that a run over many shapes keeps bounded memory (a dropped shape met again is
+// planned again).
 class PlanVariants {
  public:
-  c10::intrusive_ptr<Plan> find(const InputKey& key) const;
+  static constexpr size_t kMaxPlans = 16;
+
+  // With mutex() held: the plan for `key` (null when none), which becomes the last used.
+  c10::intrusive_ptr<Plan> find(const InputKey& key);
+  // With mutex() held: adds `plan` as the last used, dropping the least recently used beyond
+  // kMaxPlans.
   void add(const InputKey& key, c10::intrusive_ptr<Plan> plan);
   std::vector<c10::intrusive_ptr<Plan>> all() const;  // in key order
-  c10::intrusive_ptr<Plan> latest() const;            // the last one made; null when none
+  // The plan the last call ran, when it was one of these; null when it was the planned one or
+  // none ran yet.
+  c10::intrusive_ptr<Plan> lastUsed() const;
+  // A call ran the planned plan: cheap when it did last time too (no lock).
+  void usedPlanned() {
+    if (!planned_used_last_.load(std::memory_order_relaxed))
+      planned_used_last_.store(true, std::memory_order_relaxed);
+  }
+  // The largest memory limit of these plans made within their requested limit, in bytes (0 when
+  // none): what a fraction of the unconstrained peak has meant so far (passes/solve.h).
+  int64_t largestLimit() const { return largest_limit_.load(); }
   // Whether a plan replaced the planned one for its own key (planForLargerSizes): read without
   // the mutex, so that the calls of a plan that never grew take no lock.
   bool replacedPlanned() const { return replaced_planned_.load(); }
@@ -61,9 +78,18 @@ class PlanVariants {
   std::mutex& mutex() const { return mutex_; }  // held while a variant is being made
 
  private:
+  struct Entry {
+    c10::intrusive_ptr<Plan> plan;
+    uint64_t used = 0;  // the use counter when a call last took it
+  };
+  void markUsed(Entry& entry);
+
   mutable std::mutex mutex_;
-  std::map<InputKey, c10::intrusive_ptr<Plan>> plans_;
-  c10::intrusive_ptr<Plan> latest_;
+  std::map<InputKey, Entry> plans_;
+  uint64_t uses_ = 0;
+  c10::intrusive_ptr<Plan> last_used_;
+  std::atomic<bool> planned_used_last_{false};
+  std::atomic<int64_t> largest_limit_{0};
   std::atomic<bool> replaced_planned_{false};
 };
 

@@ -188,8 +188,10 @@ def dump(module: torch.jit.ScriptModule) -> str:
 def plan(module: torch.jit.ScriptModule) -> Dict[str, Any]:
     """The plan of a rewritten module: schedule, predicted peak (bytes) and time (ms), the stage
     costs, and the whole time-memory curve [(limit bytes, time ms), ...] of the optimal solver.
-    A module rewritten without example inputs has deferred=True; before its first training call
-    only what was asked (no "schedule"), afterwards the plan made for the latest inputs."""
+    It is the plan the module's last call ran: inputs of other shapes get plans of their own,
+    listed in "variants" (input shapes, limit, over_limit, schedule; the 16 used last). A module
+    rewritten without example inputs has deferred=True; before its first training call only what
+    was asked (no "schedule")."""
     return _C.plan_info(_rewritten(module, "plan"))
 
 

@@ -1,6 +1,7 @@
 """Rewrite now, plan later: jitckpt.checkpoint without example inputs plans at the first training
 call for that call's inputs, once per new input key; "min" and "auto" limits; jitckpt.strip; the
 graph-level _jit_pass_* functions. Every model family of test/models/families.py at its "test" size."""
+import copy
 import os
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import warnings
 
 import pytest
 import torch
+from torch import nn
 
 import jitckpt
 
@@ -70,9 +72,32 @@ def test_each_new_input_key_plans_once():
     variants = jitckpt.plan(model)["variants"]
     # (the chain's input is the embedded sequence: batch x length x width)
     assert sorted(v["input_shapes"][0][:2] for v in variants) == sorted([list(tokens.shape), list(shorter[0].shape)])
-    # A fraction stays a fraction of each key's own peak.
-    for v in variants:
-        assert v["memory_limit"] == int(0.6 * v["unconstrained_peak"])
+    # A fraction resolves to bytes on the largest shape planned so far: the full length first.
+    full, short = sorted(variants, key=lambda v: -v["input_shapes"][0][1])
+    assert full["memory_limit"] == int(0.6 * full["unconstrained_peak"])
+    assert short["memory_limit"] == full["memory_limit"] > int(0.6 * short["unconstrained_peak"])
+    # plan() shows the plan the last call ran.
+    assert jitckpt.plan(model)["input_shapes"][0][:2] == list(shorter[0].shape)
+
+
+def test_the_plans_of_many_shapes_are_bounded_and_a_dropped_one_is_made_again():
+    torch.manual_seed(0)
+    eager = nn.Sequential(*[layer for _ in range(6) for layer in (nn.Linear(64, 64), nn.Tanh())])
+    reference = torch.jit.script(copy.deepcopy(eager))
+    model = jitckpt.checkpoint(torch.jit.script(eager), memory_limit="min", profile_repeats=1)
+    batches = list(range(1, 19))  # more shapes than the plans kept
+    for batch in batches + [1]:
+        x = torch.randn(batch, 64)
+        for m in (model, reference):
+            m.zero_grad(set_to_none=True)
+            with torch.jit.optimized_execution(False):  # as the unmodified model runs
+                m(x).pow(2).sum().backward()
+        for (name, a), b in zip(model.named_parameters(), reference.parameters()):
+            assert torch.equal(a.grad, b.grad), (batch, name)
+    info = jitckpt.plan(model)
+    assert len(info["variants"]) == 16
+    assert info["num_stages"] > 1 and info["input_shapes"][0] == [1, 64]  # dropped (least recently used), then made again
+    assert sorted(v["input_shapes"][0][0] for v in info["variants"]) == [1] + list(range(4, 19))
 
 
 def test_first_call_profiling_is_silent_off_a_terminal_unless_verbose(capfd):
