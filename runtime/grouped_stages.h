@@ -32,7 +32,7 @@ enum class StageCasts { Shared, EndWithEachStage };
 // copy, which the joined graph would not make), or either holds kernels that depend on the
 // autograd state and the schedule runs it without recording (F∅ and Fck record such a stage
 // alone and drop its graph). With EndWithEachStage, only stages the schedule always records join
-// (a run without grad casts its stage's weights up front, StageRunner::castAsRecording), and the
+// (a run without grad casts its stage's weights up front, castWeightsAsRecording), and the
 // joined graph ends each stage's casts before the next stage's ops. Returns `stages` itself where
 // nothing joins.
 GroupedChain groupStages(const std::shared_ptr<const ChainStages>& stages,

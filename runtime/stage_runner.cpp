@@ -1,20 +1,20 @@
-// StageRunner: its stage runs and the values of lifted buffers across them (see stage_runner.h);
-// its backward is in stage_backward.cpp.
+// StageRunner's forward runs of a stage (see stage_runner.h), with the lifted values each run reads
+// (buffers as the stage's first run read them); autocast's part of a run is in stage_autocast.cpp,
+// the backward in stage_backward.cpp.
 #include "runtime/stage_runner.h"
 
 #include <ATen/Functions.h>
 #include <ATen/SequenceNumber.h>
-#include <ATen/autocast_mode.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
 
 #include <algorithm>
 #include <set>
-#include <unordered_map>
 #include <utility>
 
 #include "runtime/error_text.h"
 #include "runtime/probes/memory_probe.h"
+#include "runtime/stage_autocast.h"
 
 namespace jitckpt {
 namespace {
@@ -22,45 +22,6 @@ namespace {
 bool contains(const std::vector<size_t>& list, size_t value) {
   return std::find(list.begin(), list.end(), value) != list.end();
 }
-
-// Runs a stage under the autocast state of the call (torch.autocast is thread-local: a
-// recomputation in the backward runs on autograd's thread, outside the caller's context, and
-// torch.utils.checkpoint restores it the same way), and keeps autocast's cache of cast weights
-// to the stage: the cache holds every cast until the caller's outermost autocast region ends, so
-// that casts made by the stages would pile up over the whole forward, outside the plan.
-//  - A recording run (`records`) casts each weight once, as the unmodified model does (a weight
-//    an LSTM reads at every step: its gradient is summed in the autocast dtype), and empties the
-//    cache when it ends. What the stage's graph saved of its casts stays with the graph, counted
-//    in abar by the profile.
-//  - A run without grad (F∅, Fck) computes values only, and must compute those a recording run
-//    computes. PyTorch 2.x's matmul (and linear, which calls it) picks its kernel by whether the
-//    2-D operand requires grad, and a cast weight requires grad only when made under grad: such
-//    a run gets the casts of the weights it reads made under grad (castAsRecording), cached,
-//    and empties the cache when it ends. (None may stay: handed to a later use of the weight
-//    outside the chain, a cast of this run's would skip the caller's own.)
-//  - Other runs (inference) cast with the cache off: a cast lives as long as the op reading it.
-class AutocastScope {
- public:
-  enum class Casts { Uncached, AsTheCaller, CachedForTheStage };
-  AutocastScope(const AutocastState& call, Casts casts) : saved_(AutocastState::current()) {
-    AutocastState stage = call;
-    stage.cache = casts == Casts::CachedForTheStage || (casts == Casts::AsTheCaller && call.cache);
-    clears_ = stage.cache && (call.cpu || call.cuda);
-    active_ = !stage.sameCasts(saved_) || stage.cache != saved_.cache;
-    if (active_) stage.makeCurrent();
-  }
-  ~AutocastScope() {
-    if (clears_) at::autocast::clear_cache();
-    if (active_) saved_.makeCurrent();
-  }
-  AutocastScope(const AutocastScope&) = delete;
-  AutocastScope& operator=(const AutocastScope&) = delete;
-
- private:
-  AutocastState saved_;
-  bool active_ = false;
-  bool clears_ = false;
-};
 
 // Whether `v` is, or holds in a list, tuple or dict, a tensor that requires grad.
 bool holdsTensorRequiringGrad(const c10::IValue& v) {
@@ -81,52 +42,6 @@ const at::Tensor& SideLeaves::leafFor(size_t position, size_t first, const at::T
   return entries_[it->second].second;
 }
 
-std::optional<c10::DeviceType> StageRunner::autocastDevice() const {
-  const auto device = chainDevice(arguments_);
-  if (device && ((device->is_cpu() && autocast_.cpu) || (device->is_cuda() && autocast_.cuda)))
-    return device->type();
-  return std::nullopt;
-}
-
-void StageRunner::castAsRecording(int l, const torch::jit::Stack& stack, size_t first_lifted) {
-  const c10::DeviceType device = *autocast_device_;
-  const c10::ScalarType dtype =
-      device == c10::DeviceType::CPU ? autocast_.cpu_dtype : autocast_.cuda_dtype;
-  c10::AutoGradMode recording(true);
-  for (size_t j : stages_->castLifted(l)) {
-    const c10::IValue& v = stack.at(first_lifted + j);
-    if (!v.isTensor()) continue;
-    const at::Tensor& weight = v.toTensor();
-    // What autocast caches: float32 leaves that require grad, not views.
-    if (weight.defined() && weight.requires_grad() && weight.is_leaf() && !weight.is_view() &&
-        weight.scalar_type() == at::kFloat)
-      at::autocast::cached_cast(dtype, weight, device);
-  }
-}
-
-// Under autocast the unmodified model casts a weight once per autocast region and sums the
-// gradients of its uses in the autocast dtype; the stages keep autocast's cache to themselves
-// (AutocastScope), so a weight that several stages cast gets those parts summed in float32.
-void StageRunner::warnOfWeightsCastBySeveralStages() const {
-  if (!autocast_device_) return;
-  std::unordered_map<size_t, int> first_stage;  // first position -> the first stage casting it
-  for (int l = 1; l <= stages_->size(); ++l) {
-    for (size_t j : stages_->castLifted(l)) {
-      const size_t k = stages_->stage(l).lifted[j];
-      const auto [it, inserted] = first_stage.emplace(first_positions_[stages_->position(k)], l);
-      if (inserted || it->second == l) continue;
-      if (!stages_->firstCastWarning()) return;
-      TORCH_WARN("jitckpt: under autocast, stages ", it->second, " and ", l, " both cast '",
-                 stages_->lifted()[k].name,
-                 "' to the autocast dtype, each for itself (autocast's cache of casts is "
-                 "kept to one stage, so that casts do not pile up over the forward): its "
-                 "gradient sums their parts in float32 where the unmodified model sums them "
-                 "in the autocast dtype, and differs from it in the last bits");
-      return;
-    }
-  }
-}
-
 StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArguments arguments,
                          BufferWrites buffer_writes)
     : stages_(std::move(stages)),
@@ -139,7 +54,7 @@ StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArgumen
       last_write_(arguments_.lifted_tensors.size(), 0),
       first_run_values_(stages_->size() + 1),
       autocast_(AutocastState::current()),
-      autocast_device_(autocastDevice()) {
+      autocast_device_(autocastDevice(arguments_, autocast_)) {
   TORCH_CHECK(arguments_.lifted_tensors.size() == stages_->numLiftedTensors() &&
                   arguments_.lifted_scalars.size() == stages_->numLiftedScalars(),
               "jitckpt::chain: the plan expects ", stages_->numLiftedTensors(),
@@ -183,7 +98,7 @@ StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArgumen
     }
   }
   if (buffer_writes_ == BufferWrites::FirstRunUpdates) keepEntryValues();
-  warnOfWeightsCastBySeveralStages();
+  if (autocast_device_) warnOfWeightsCastBySeveralStages(*stages_, first_positions_);
 }
 
 c10::IValue StageRunner::liftedValue(int l, size_t j, bool recomputation) {
@@ -311,7 +226,8 @@ Tensors StageRunner::run(int l, const Tensors& activations, Mode mode, SideLeave
     const AutocastScope autocast(autocast_, mode == Mode::Record ? Casts::AsTheCaller
                                             : casts_as_recording ? Casts::CachedForTheStage
                                                                  : Casts::Uncached);
-    if (casts_as_recording) castAsRecording(l, stack, activations.size());
+    if (casts_as_recording)
+      castWeightsAsRecording(*stages_, l, stack, activations.size(), autocast_, *autocast_device_);
     torch::jit::InterpreterState(stages_->code(l)).run(stack);
   } catch (const std::exception& e) {  // c10::Error, and the interpreter's own errors
     if (resume) resume->restore();

@@ -199,12 +199,6 @@ class StageRunner {
     return first_write_[first] < l && last_write_[first] >= l;
   }
   void keepEntryValues();
-  void warnOfWeightsCastBySeveralStages() const;
-  // The chain's device type where the call's autocast casts on it.
-  std::optional<c10::DeviceType> autocastDevice() const;
-  // Puts in autocast's cache the casts, made under grad, of the weights stage l casts, which
-  // `stack` holds from `first_lifted` on (AutocastScope in stage_runner.cpp says why).
-  void castAsRecording(int l, const torch::jit::Stack& stack, size_t first_lifted);
 
   std::shared_ptr<const ChainStages> stages_;
   ChainArguments arguments_;
@@ -226,7 +220,8 @@ class StageRunner {
   // The caller's autocast state when the runner was made (the call), under which every run of a
   // stage runs, also in the backward, where autograd's thread has its own.
   AutocastState autocast_;
-  std::optional<c10::DeviceType> autocast_device_;  // autocastDevice(), once: runs read it
+  // autocastDevice (stage_autocast.h) of the call, found once: every run reads it.
+  std::optional<c10::DeviceType> autocast_device_;
 };
 
 }  // namespace jitckpt
