@@ -1,57 +1,9 @@
 // Profile pass (paper, section 5.1): takes a chain's stages and the values that reach the chain
 // op (ChainArguments); returns the per-stage costs of the paper's Table 1 as solver::Costs with
 // the zero-cost terminal stage appended, plus labels, per-stage details and the measured
-// activation peak of the no-checkpointing schedule.
-//
-// Every stage runs through the runtime's StageRunner, exactly as the executor runs it, with
-// buffers written to clones made as each run starts (BufferWrites::ToClones), as a recomputation
-// writes them. Memory comes from the device's probe
-// (runtime/probes): the counting CPU allocator (exact bytes of every c10 allocation) or the CUDA
-// caching allocator's allocated bytes. "Live" below means the probe's current bytes; each
-// measurement takes the difference to a baseline read just before the operation, so what the caller
-// holds (parameters, the example inputs) cancels out.
-//
-//   wa[l]    bytes of the distinct storages of stage l's outputs (a^l). wa[0]: what the step holds
-//   from
-//            its start to its end (heldFromStart in profile.cpp).
-//   spans    storages that consecutive activations share: inputs a stage passes through
-//            unchanged (or as views), as Inception's branch stages pass the block input on; each
-//            from the activation whose stage made it to the last that holds it (solver::Span).
-//   wabar[l] live bytes after the recording forward (Fall) minus before, with the outputs kept
-//            alive: the outputs plus everything the autograd graph saved, not the input (it was
-//            live before); plus what a^l holds of a^{l-1}, so that abar^l includes all of a^l
-//            as the paper has it. The solver charges abar^l without it (Costs::abarOwnBytes).
-//   of[l]    Fall's overhead: its peak minus baseline minus what stays live afterwards (abar^l).
-//   of_nograd[l]  the same for the no-grad forward (Fck/F∅ keep a^l): the intermediates it frees
-//            as it goes, which Fall keeps in abar^l instead.
-//   wd[l-1]  bytes of the storages delta^{l-1} keeps alive in a step: those B(l) made, and those of
-//            the gradients it hands on (passed through, or views), followed up from delta^L: a
-//            slice of cat's gradient handed from B to B holds the whole; 0 for stage 1 when the
-//            chain input needs no gradient. wd[L]: bytes of delta^L, ones_like(a^L) for the outputs
-//            that require grad, as autograd hands them to the chain.
-//   wd_handed[l]  of those, the bytes delta^l holds too (the gradients B(l) hands on).
-//   ob[l]    backward overhead: peak of B(l) as the runner runs it, minus the baseline (delta^l,
-//            abar^l, a^{l-1} held) minus the input gradients B made; delta^l is moved into B, as
-//            the executor hands it over, so that it goes once read (before B's peak, mostly).
-//            Parameter gradients are added into .grad one at a time as they are made (zeroed
-//            stand-ins while profiling, given back afterwards): the paper counts the .grad buffers
-//            as model memory, and the gradient in flight is a transient of B. Where a^l is not
-//            contiguous, the larger of B with delta^l laid out as a^l and with it contiguous; and
-//            where the whole schedule's first run (below) hands B(l) a delta^l laid out otherwise
-//            (channels-last from B(l+1)), the larger with it laid out so.
-//   uf[l]    median over `repeats` recording forwards (after `warmup` full F+B rounds), ms.
-//   uf_nograd[l]  the same over forwards without recording (Fck, F∅: see solver/costs.h), ms.
-//   ub[l]    median over `repeats` backward calls, each after an untimed recording forward, ms.
-//            On CUDA both are CUDA-event times on the current stream; on the CPU wall time.
-//            uf, uf_nograd and ub are then scaled by one factor (ProfileOptions::calibration_runs).
-//   runs_once  the stages whose forward may run once on the chain's device
-//            (ChainStages::stagesThatRunOnce: cuDNN's dropout between recurrent layers).
-// Memory values are measured once after the warm-up (deterministic on the CPU for deterministic
-// kernels: the same allocations in the same order); times are medians because they are not.
-//
-// Model state: stages that update buffers (BatchNorm statistics, num_batches_tracked) run on
-// copies of those buffers, and the CPU (and CUDA) random generator state is restored after
-// profiling.
+// activation peak of the no-checkpointing schedule. Every stage runs through the runtime's
+// StageRunner, as the executor runs it. What each cost measures, and how: docs/how-it-works.md,
+// section "Profile".
 #pragma once
 
 #include <torch/csrc/jit/api/module.h>
