@@ -111,6 +111,7 @@ py::list variantsInfo(const jitckpt::Plan& plan) {
     entry["input_types"] = v.input_key.types;
     entry["memory_limit"] = v.memory_limit;
     entry["over_limit"] = v.over_limit;
+    entry["predicted_costs"] = v.predicted;
     entry["predicted_peak"] = v.predicted_peak;
     entry["unconstrained_peak"] = v.unconstrained_peak;
     entry["schedule"] = jitckpt::solver::toString(v.schedule);
@@ -133,6 +134,7 @@ py::dict solutionInfo(const jitckpt::Plan& plan) {
   if (s.deferred) return info;
   info["memory_limit"] = s.memory_limit;
   info["over_limit"] = s.over_limit;
+  info["predicted_costs"] = s.predicted;
   info["predicted_peak"] = s.predicted_peak;
   info["predicted_time_ms"] = s.predicted_time;
   info["unconstrained_peak"] = s.unconstrained_peak;

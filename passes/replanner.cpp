@@ -6,9 +6,11 @@
 #include <chrono>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "jitckpt/jitckpt.h"  // linkedLibrary
+#include "passes/predicted_costs.h"
 #include "passes/profile.h"
 #include "passes/recut.h"
 #include "passes/solve.h"
@@ -17,15 +19,19 @@
 namespace jitckpt {
 namespace {
 
-// The stages a plan for `arguments` runs: a deferred plan's cut again by the bytes of this call's
-// tensors (recut.h), those of `at_least` when its sizes must hold too (its costs are merged with
-// the new ones stage by stage), otherwise the planned stages (a given schedule is over those).
+// The stages a plan for `arguments` runs: a deferred plan's cut again by the bytes of its first
+// call's tensors (recut.h), and kept for later calls, whose costs can then be predicted from
+// those of the earlier ones; those of `at_least` when its sizes must hold too (its costs are
+// merged with the new ones stage by stage); otherwise the planned stages (a given schedule is over
+// those).
 std::shared_ptr<const ChainStages> stagesToPlan(const Plan& planned,
                                                 const ChainArguments& arguments,
                                                 const Plan* at_least) {
   if (at_least) return at_least->sharedStages();
   const auto* source = dynamic_cast<const ForwardToCut*>(planned.stageSource().get());
   if (planned.deferred() && source && planned.solution().strategy != solver::Strategy::Given) {
+    for (const auto& made : planned.variants().heldPlans())
+      if (made->sharedStages() != planned.sharedStages()) return made->sharedStages();
     if (auto recut = recutStages(*source, planned.stages(), arguments)) return recut;
   }
   return planned.sharedStages();
@@ -47,9 +53,11 @@ class ProfilingReplanner final : public Replanner {
     options.repeats = old.profile_repeats;
     const auto start = std::chrono::steady_clock::now();
     const std::shared_ptr<const ChainStages> stages = stagesToPlan(planned, arguments, at_least);
-    solver::Costs costs = profileStages(stages, arguments, options).costs;
-    if (at_least) costs = solver::largestOf(costs, at_least->solution().costs);
     const InputKey key = inputKey(planned.stages(), arguments);
+    std::optional<solver::Costs> predicted;
+    if (!at_least) predicted = predictedCosts(planned, stages, key);
+    solver::Costs costs = predicted ? *predicted : profileStages(stages, arguments, options).costs;
+    if (at_least) costs = solver::largestOf(costs, at_least->solution().costs);
     SolveOptions solve_options{old.strategy, old.slots, old.segments, old.given};
     solve_options.epilogue_gradient_bytes = old.epilogue_gradient_bytes;
     // Once one plan of this module was made, other shapes plan against what its limit meant
@@ -63,12 +71,14 @@ class ProfilingReplanner final : public Replanner {
       Solution solution = solveCosts(std::move(costs), old.requested_limit, solve_options, key);
       solution.outside_gradient_bytes = old.outside_gradient_bytes;
       solution.profile_repeats = old.profile_repeats;
+      solution.predicted = predicted.has_value();
       auto plan = c10::make_intrusive<Plan>(stages, std::move(solution));
       if (shown) {
         const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - start;
         std::ostringstream line;  // (its own stream: precision is sticky)
         line << "jitckpt: planned for inputs [" << key.str() << "] in " << std::setprecision(3)
-             << seconds.count() << " s: " << plan->numStages() << " stages, limit "
+             << seconds.count() << " s" << (predicted ? " (costs predicted)" : "") << ": "
+             << plan->numStages() << " stages, limit "
              << solver::formatBytes(plan->solution().memory_limit) << ", predicted peak "
              << solver::formatBytes(plan->solution().predicted_peak) << "\n";
         std::cerr << line.str();

@@ -32,6 +32,10 @@ c10::intrusive_ptr<Plan> PlanVariants::find(const InputKey& key) {
 
 std::vector<c10::intrusive_ptr<Plan>> PlanVariants::all() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  return heldPlans();
+}
+
+std::vector<c10::intrusive_ptr<Plan>> PlanVariants::heldPlans() const {
   std::vector<c10::intrusive_ptr<Plan>> plans;
   for (const auto& entry : plans_) plans.push_back(entry.second.plan);
   return plans;
@@ -84,7 +88,7 @@ c10::intrusive_ptr<Plan> planForArguments(const c10::intrusive_ptr<Plan>& plan,
                 "] and re-planning needs the jitckpt passes library: import jitckpt, or link "
                 "libjitckpt");
     TORCH_WARN("jitckpt: chain inputs [", key.str(), "] differ from the planned [", planned.str(),
-               "]: profiling and solving again for them at the limit ",
+               "]: planning again for them at the limit ",
                plan->solution().requested_limit.toString(),
                " (once per new shape, dtype, device or autocast dtype)");
   }

@@ -59,7 +59,8 @@ class PlanVariants {
   // With mutex() held: adds `plan` as the last used, dropping the least recently used beyond
   // kMaxPlans.
   void add(const InputKey& key, c10::intrusive_ptr<Plan> plan);
-  std::vector<c10::intrusive_ptr<Plan>> all() const;  // in key order
+  std::vector<c10::intrusive_ptr<Plan>> all() const;        // in key order
+  std::vector<c10::intrusive_ptr<Plan>> heldPlans() const;  // all(), with mutex() held
   // The plan the last call ran, when it was one of these; null when it was the planned one or
   // none ran yet.
   c10::intrusive_ptr<Plan> lastUsed() const;

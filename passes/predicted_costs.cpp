@@ -1,0 +1,43 @@
+// Predicted costs (see predicted_costs.h).
+#include "passes/predicted_costs.h"
+
+#include <vector>
+
+#include "runtime/replan.h"
+#include "solver/cost_fit.h"
+
+namespace jitckpt {
+namespace {
+
+// Every size of a key, in order; nothing where its shapes' ranks differ from `like`'s.
+std::optional<std::vector<int64_t>> flatSizes(const InputKey& key, const InputKey& like) {
+  if (key.shapes.size() != like.shapes.size()) return std::nullopt;
+  std::vector<int64_t> sizes;
+  for (size_t k = 0; k < key.shapes.size(); ++k) {
+    if (key.shapes[k].size() != like.shapes[k].size()) return std::nullopt;
+    sizes.insert(sizes.end(), key.shapes[k].begin(), key.shapes[k].end());
+  }
+  return sizes;
+}
+
+}  // namespace
+
+std::optional<solver::Costs> predictedCosts(const Plan& planned,
+                                            const std::shared_ptr<const ChainStages>& stages,
+                                            const InputKey& key) {
+  std::vector<c10::intrusive_ptr<Plan>> plans = planned.variants().heldPlans();
+  // (the planned plan itself, where it was profiled for these stages; a deferred one was not)
+  std::vector<const Plan*> profiled;
+  if (!planned.deferred()) profiled.push_back(&planned);
+  for (const auto& plan : plans) profiled.push_back(plan.get());
+  std::vector<solver::CostSample> samples;
+  for (const Plan* plan : profiled) {
+    const Solution& s = plan->solution();
+    if (plan->sharedStages() != stages || s.predicted || s.input_key.types != key.types) continue;
+    if (auto sizes = flatSizes(s.input_key, key)) samples.push_back({*sizes, &s.costs});
+  }
+  const auto target = flatSizes(key, key);
+  return solver::predictCosts(samples, *target);
+}
+
+}  // namespace jitckpt

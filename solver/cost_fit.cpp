@@ -1,0 +1,248 @@
+// Cost fit (see cost_fit.h).
+#include "solver/cost_fit.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace jitckpt::solver {
+namespace {
+
+__extension__ using Wide = __int128;  // exact products of sizes and byte counts
+
+// The one variable every varying size follows: its value per sample, then the target's; nothing
+// where no size varies or two vary apart.
+std::optional<std::vector<int64_t>> variableOf(const std::vector<CostSample>& samples,
+                                               const std::vector<int64_t>& target) {
+  std::optional<size_t> first;
+  for (size_t p = 0; p < target.size(); ++p) {
+    const bool varies = std::any_of(samples.begin(), samples.end(),
+                                    [&](const CostSample& s) { return s.sizes[p] != target[p]; });
+    if (!varies) continue;
+    if (!first) {
+      first = p;
+      continue;
+    }
+    for (const auto& s : samples)
+      if (s.sizes[p] != s.sizes[*first]) return std::nullopt;
+    if (target[p] != target[*first]) return std::nullopt;
+  }
+  if (!first) return std::nullopt;
+  std::vector<int64_t> values;
+  for (const auto& s : samples) values.push_back(s.sizes[*first]);
+  values.push_back(target[*first]);
+  return values;
+}
+
+// Exact arithmetic that says when it overflows.
+bool mul(Wide a, Wide b, Wide& out) { return !__builtin_mul_overflow(a, b, &out); }
+bool add(Wide a, Wide b, Wide& out) { return !__builtin_add_overflow(a, b, &out); }
+
+// The quadratic through (x[k], y[k]) for k = 0, 1, 2 (distinct x), at `at`: exactly, as a whole
+// number; nothing where it is not one or the arithmetic would overflow.
+std::optional<Wide> quadraticAt(const std::array<int64_t, 3>& x, const std::array<int64_t, 3>& y,
+                                int64_t at) {
+  // P(at) = sum_i y_i prod_{j != i} (at - x_j) / d_i, d_i = prod_{j != i} (x_i - x_j); over d_0 d_1
+  // d_2.
+  std::array<Wide, 3> d{};
+  for (size_t i = 0; i < 3; ++i) {
+    d[i] = 1;
+    for (size_t j = 0; j < 3; ++j)
+      if (j != i && !mul(d[i], Wide(x[i]) - x[j], d[i])) return std::nullopt;
+  }
+  Wide denominator = 1, numerator = 0;
+  for (size_t i = 0; i < 3; ++i)
+    if (!mul(denominator, d[i], denominator)) return std::nullopt;
+  for (size_t i = 0; i < 3; ++i) {
+    Wide term = y[i];
+    for (size_t j = 0; j < 3; ++j)
+      if (j != i && !mul(term, Wide(at) - x[j], term)) return std::nullopt;
+    if (!mul(term, denominator / d[i], term) || !add(numerator, term, numerator))
+      return std::nullopt;
+  }
+  if (numerator % denominator != 0) return std::nullopt;
+  return numerator / denominator;
+}
+
+std::optional<int64_t> exactCount(const std::vector<int64_t>& v, const std::vector<int64_t>& y);
+
+// A count that no quadratic gives but that does not grow with the size (a kernel's workspace
+// chosen by a threshold, a scalar some sizes make): the largest sampled, where the samples never
+// rise from one size to a larger one; nothing where they do.
+std::optional<int64_t> boundedCount(const std::vector<int64_t>& v, const std::vector<int64_t>& y) {
+  std::vector<std::pair<int64_t, int64_t>> by_size;
+  for (size_t i = 0; i < y.size(); ++i) by_size.emplace_back(v[i], y[i]);
+  std::sort(by_size.begin(), by_size.end());
+  for (size_t i = 1; i < by_size.size(); ++i)
+    if (by_size[i].second > by_size[i - 1].second) return std::nullopt;
+  return by_size.front().second;
+}
+
+// A byte count at the target (v's last entry): the quadratic through three samples, where it
+// gives every other sample exactly, else boundedCount.
+std::optional<int64_t> predictedCount(const std::vector<int64_t>& v,
+                                      const std::vector<int64_t>& y) {
+  const auto exact = exactCount(v, y);
+  return exact ? exact : boundedCount(v, y);
+}
+
+// The quadratic through three samples at the target, where it gives every other sample exactly.
+std::optional<int64_t> exactCount(const std::vector<int64_t>& v, const std::vector<int64_t>& y) {
+  const std::array<int64_t, 3> x3{v[0], v[1], v[2]}, y3{y[0], y[1], y[2]};
+  for (size_t i = 3; i < y.size(); ++i) {
+    const auto value = quadraticAt(x3, y3, v[i]);
+    if (!value || *value != y[i]) return std::nullopt;
+  }
+  const auto value = quadraticAt(x3, y3, v.back());
+  if (!value || *value < 0 || *value > std::numeric_limits<int64_t>::max()) return std::nullopt;
+  return static_cast<int64_t>(*value);
+}
+
+// Times: the least-squares quadratic through the samples, at the target; x scaled to [-1, 1] so
+// that the normal equations stay well conditioned.
+std::optional<long double> fittedTime(const std::vector<int64_t>& v,
+                                      const std::vector<long double>& y) {
+  const auto [low, high] = std::minmax_element(v.begin(), v.end() - 1);
+  const long double mid = (static_cast<long double>(*low) + *high) / 2;
+  const long double half = std::max<long double>((static_cast<long double>(*high) - *low) / 2, 1);
+  std::array<std::array<long double, 4>, 3> m{};
+  for (size_t i = 0; i < y.size(); ++i) {
+    const long double x = (v[i] - mid) / half;
+    const std::array<long double, 3> basis{1.0L, x, x * x};
+    for (size_t r = 0; r < 3; ++r) {
+      for (size_t c = 0; c < 3; ++c) m[r][c] += basis[r] * basis[c];
+      m[r][3] += basis[r] * y[i];
+    }
+  }
+  for (size_t col = 0; col < 3; ++col) {  // Gauss-Jordan with partial pivoting
+    size_t pivot = col;
+    for (size_t r = col + 1; r < 3; ++r)
+      if (std::fabs(m[r][col]) > std::fabs(m[pivot][col])) pivot = r;
+    if (std::fabs(m[pivot][col]) < 1e-12L) return std::nullopt;
+    std::swap(m[col], m[pivot]);
+    for (size_t r = 0; r < 3; ++r) {
+      if (r == col) continue;
+      const long double f = m[r][col] / m[col][col];
+      for (size_t c = col; c < 4; ++c) m[r][c] -= f * m[col][c];
+    }
+  }
+  const long double x = (v.back() - mid) / half;
+  return m[0][3] / m[0][0] + m[1][3] / m[1][1] * x + m[2][3] / m[2][2] * x * x;
+}
+
+// Fills `out` entry by entry from the samples' entries of one field; false where a count is not
+// exact or the field's presence differs.
+template <typename Field>
+bool fitCounts(const std::vector<CostSample>& samples, const std::vector<int64_t>& v, Field field,
+               std::vector<int64_t>& out) {
+  const std::vector<int64_t>& model = field(*samples[0].costs);
+  for (const auto& s : samples)
+    if (field(*s.costs).size() != model.size()) return false;
+  out.assign(model.size(), 0);
+  for (size_t l = 0; l < model.size(); ++l) {
+    std::vector<int64_t> y;
+    for (const auto& s : samples) y.push_back(field(*s.costs)[l]);
+    const auto count = predictedCount(v, y);
+    if (!count) return false;
+    out[l] = *count;
+  }
+  return true;
+}
+
+template <typename Field>
+bool fitTimes(const std::vector<CostSample>& samples, const std::vector<int64_t>& v, Field field,
+              std::vector<double>& out) {
+  const std::vector<double>& model = field(*samples[0].costs);
+  for (const auto& s : samples)
+    if (field(*s.costs).size() != model.size()) return false;
+  out.assign(model.size(), 0);
+  for (size_t l = 0; l < model.size(); ++l) {
+    std::vector<long double> y;
+    for (const auto& s : samples) y.push_back(field(*s.costs)[l]);
+    const auto t = fittedTime(v, y);
+    if (!t) return false;
+    out[l] = static_cast<double>(std::max(*t, 0.0L));
+  }
+  return true;
+}
+
+bool sameStructure(const std::vector<CostSample>& samples) {
+  const Costs& a = *samples[0].costs;
+  return std::all_of(samples.begin(), samples.end(), [&](const CostSample& s) {
+    const Costs& b = *s.costs;
+    if (b.length() != a.length() || b.runs_once != a.runs_once || b.spans.size() != a.spans.size())
+      return false;
+    for (size_t k = 0; k < a.spans.size(); ++k)
+      if (a.spans[k].first != b.spans[k].first || a.spans[k].last != b.spans[k].last) return false;
+    return true;
+  });
+}
+
+}  // namespace
+
+std::optional<Costs> predictCosts(const std::vector<CostSample>& samples,
+                                  const std::vector<int64_t>& target) {
+  if (samples.size() < kMinSamples) return std::nullopt;
+  for (const auto& s : samples)
+    if (!s.costs || s.sizes.size() != target.size()) return std::nullopt;
+  if (!sameStructure(samples)) return std::nullopt;
+  const auto v = variableOf(samples, target);
+  if (!v) return std::nullopt;
+  std::vector<int64_t> sampled(v->begin(), v->end() - 1);
+  std::sort(sampled.begin(), sampled.end());
+  if (std::adjacent_find(sampled.begin(), sampled.end()) != sampled.end()) return std::nullopt;
+  if (v->back() < sampled.front() || v->back() > sampled.back())
+    return std::nullopt;  // no extrapolation
+  if (std::binary_search(sampled.begin(), sampled.end(), v->back())) return std::nullopt;
+
+  Costs c;
+  const bool counted =
+      fitCounts(
+          samples, *v, [](const Costs& x) -> const auto& { return x.wa; }, c.wa) &&
+      fitCounts(
+          samples, *v, [](const Costs& x) -> const auto& { return x.wabar; }, c.wabar) &&
+      fitCounts(
+          samples, *v, [](const Costs& x) -> const auto& { return x.wd; }, c.wd) &&
+      fitCounts(
+          samples, *v, [](const Costs& x) -> const auto& { return x.of; }, c.of) &&
+      fitCounts(
+          samples, *v, [](const Costs& x) -> const auto& { return x.of_nograd; }, c.of_nograd) &&
+      fitCounts(
+          samples, *v, [](const Costs& x) -> const auto& { return x.ob; }, c.ob) &&
+      fitCounts(
+          samples, *v, [](const Costs& x) -> const auto& { return x.wg; }, c.wg) &&
+      fitCounts(
+          samples, *v, [](const Costs& x) -> const auto& { return x.wd_handed; }, c.wd_handed);
+  const bool timed =
+      fitTimes(
+          samples, *v, [](const Costs& x) -> const auto& { return x.uf; }, c.uf) &&
+      fitTimes(
+          samples, *v, [](const Costs& x) -> const auto& { return x.uf_nograd; }, c.uf_nograd) &&
+      fitTimes(
+          samples, *v, [](const Costs& x) -> const auto& { return x.ub; }, c.ub);
+  if (!counted || !timed) return std::nullopt;
+  std::vector<int64_t> held, span_bytes;
+  for (const auto& s : samples) held.push_back(s.costs->held_output);
+  const auto held_output = predictedCount(*v, held);
+  if (!held_output) return std::nullopt;
+  c.held_output = *held_output;
+  c.runs_once = samples[0].costs->runs_once;
+  c.spans = samples[0].costs->spans;
+  for (size_t k = 0; k < c.spans.size(); ++k) {
+    std::vector<int64_t> y;
+    for (const auto& s : samples) y.push_back(s.costs->spans[k].bytes);
+    const auto bytes = predictedCount(*v, y);
+    if (!bytes) return std::nullopt;
+    c.spans[k].bytes = *bytes;
+  }
+  try {
+    validate(c);
+  } catch (const std::invalid_argument&) {
+    return std::nullopt;
+  }
+  return c;
+}
+
+}  // namespace jitckpt::solver

@@ -1,0 +1,34 @@
+// Cost fit: a chain's costs at input sizes it was not profiled on, from its profiles at others.
+// Takes samples (each profile's input sizes, flattened, and its Costs, all of one chain) and the
+// target sizes; returns the predicted Costs, or nothing where the samples cannot say.
+//
+// Every size that varies must vary as one (a sequence length read in several shapes, or a batch):
+// each byte count is then, op by op, a polynomial of degree at most two in it (attention scores
+// are quadratic in the length). A byte count is predicted where one quadratic gives every sample
+// exactly, from at least kMinSamples of them, and only within the samples' range (no
+// extrapolation); a count no quadratic gives that never rises from one sampled size to a larger
+// one (a kernel's workspace chosen by a threshold) is bounded by its largest sample. Times are
+// fitted by least squares. Nothing is predicted where the structure differs between samples
+// (spans, stages that run once) or a count grows but is no quadratic (allocator blocks).
+// Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "solver/costs.h"
+
+namespace jitckpt::solver {
+
+constexpr size_t kMinSamples = 4;  // three coefficients, and one more to check them
+
+struct CostSample {
+  std::vector<int64_t> sizes;  // every input size, flattened in one order for all samples
+  const Costs* costs = nullptr;
+};
+
+std::optional<Costs> predictCosts(const std::vector<CostSample>& samples,
+                                  const std::vector<int64_t>& target);
+
+}  // namespace jitckpt::solver

@@ -1,0 +1,123 @@
+"""Batches of varying length: after profiles at four lengths of one chain, a length between them is
+planned from costs predicted from those profiles, without profiling (solver/cost_fit.h). The
+predicted byte counts are the ones a profile measures, and a step there is the unmodified model's,
+bit for bit, within its limit."""
+import warnings
+
+import pytest
+import torch
+
+import jitckpt
+
+import families
+
+PROFILED = [16, 48, 24, 40]  # the first call cuts the chain; every length then keeps that cut
+PREDICTED = 32
+EXACT = ["wa", "wabar", "wd", "wg", "wd_handed", "spans", "held_output"]  # tensors: sizes of the shapes
+OVERHEADS = ["of", "of_nograd", "ob"]  # also kernels' workspaces, which a threshold may choose
+
+
+def tokens(length: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, 64, (2, length), generator=torch.Generator().manual_seed(seed))
+
+
+def step(model, idx):
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(0)
+    with torch.jit.optimized_execution(False), jitckpt.cpu_memory() as memory:
+        output = model(idx)
+        families.loss_of(output).backward()
+    return output.detach(), [p.grad.clone() for p in model.parameters()], memory.peak
+
+
+def train(model, lengths):
+    return [step(model, tokens(t, seed)) for seed, t in enumerate(lengths)]
+
+
+@pytest.mark.parametrize("limit", ["min", 0.6])
+def test_a_length_between_profiled_ones_is_planned_from_predicted_costs(limit):
+    family = families.llama("test")
+    lengths = PROFILED + [PREDICTED]
+    first, second = train(family.make(0), lengths), train(family.make(0), lengths)
+    for (out_a, grads_a, _), (out_b, grads_b, _) in zip(first, second):  # the reference repeats itself
+        assert torch.equal(out_a, out_b) and all(torch.equal(a, b) for a, b in zip(grads_a, grads_b))
+
+    model = jitckpt.checkpoint(family.make(0), memory_limit=limit, profile_repeats=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        steps = train(model, lengths)
+    for t, (out_a, grads_a, _), (out_b, grads_b, _) in zip(lengths, first, steps):
+        assert torch.equal(out_a, out_b), t
+        assert all(torch.equal(a, b) for a, b in zip(grads_a, grads_b)), t
+    info = jitckpt.plan(model)
+    assert info["input_shapes"][0][:2] == [2, PREDICTED] and info["predicted_costs"]
+    assert info["num_stages"] > 2
+    assert sum(v["predicted_costs"] for v in info["variants"]) == 1
+    # Within the limit of the plan it ran.
+    idx = tokens(PREDICTED, len(lengths) - 1)
+    output, _, peak = step(model, idx)
+    loss_bytes = families.loss_held_bytes(output, families.loss_of)  # the caller's, outside the limit
+    assert peak + families.caller_held_bytes(model, (idx,)) <= info["memory_limit"] + loss_bytes + \
+        families.OUTSIDE_CHAIN_BYTES
+
+    # The sizes predicted are those a profile of that length measures, on the same cut; the
+    # overheads at least those (an embedding's backward takes a workspace that falls with the
+    # length: bounded by the largest sampled).
+    profiled = jitckpt.checkpoint(family.make(0), memory_limit=limit, profile_repeats=1)
+    train(profiled, [PROFILED[0], PREDICTED])
+    measured = jitckpt.plan(profiled)
+    assert not measured["predicted_costs"] and measured["labels"] == info["labels"]
+    for field in EXACT:
+        assert measured["costs"][field] == info["costs"][field], field
+    for field in OVERHEADS:
+        assert all(p >= m for p, m in zip(info["costs"][field], measured["costs"][field])), field
+
+
+def test_a_length_outside_the_profiled_ones_is_profiled():
+    family = families.llama("test")
+    model = jitckpt.checkpoint(family.make(0), memory_limit="min", profile_repeats=1)
+    train(model, PROFILED + [56])
+    info = jitckpt.plan(model)
+    assert info["input_shapes"][0][:2] == [2, 56] and not info["predicted_costs"]
+
+
+def inputs_at(family, length: int, seed: int):
+    """The family's token inputs at another sequence length: every dim of the original length."""
+    base = family.inputs[0].shape[1]
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randint(0, int(t.max()) + 1, [length if d == base else d for d in t.shape], generator=g)
+                 for t in family.inputs)
+
+
+@pytest.mark.parametrize("name", ["gpt_mask_builtin", "bert_encoder", "lstm_stack", "gru", "llama"])
+def test_every_length_trains_bit_for_bit_within_its_limit(name):
+    family = families.FAMILIES[name]("test")
+    base = family.inputs[0].shape[1]
+    # (no longer than the family's own: learned position tables); the last between profiled ones
+    lengths = [base, base // 4, base * 3 // 4, base // 2, base * 5 // 8]
+
+    def run(model):
+        results = []
+        for seed, length in enumerate(lengths):
+            inputs = inputs_at(family, length, seed)
+            model.zero_grad(set_to_none=True)
+            torch.manual_seed(seed)
+            with torch.jit.optimized_execution(False), jitckpt.cpu_memory() as memory:
+                output = model(*inputs)
+                family.loss(output).backward()
+            results.append((families.tensors_of(output), [p.grad.clone() for p in model.parameters()],
+                            memory.peak, inputs, output))
+        return results
+
+    first, second = run(family.make(0)), run(family.make(0))
+    for a, b in zip(first, second):
+        assert all(torch.equal(x, y) for x, y in zip(a[0] + a[1], b[0] + b[1])), "the reference does not repeat"
+    model = jitckpt.checkpoint(family.make(0), memory_limit="min", profile_repeats=1)
+    steps = run(model)
+    for length, a, b in zip(lengths, first, steps):
+        assert all(torch.equal(x, y) for x, y in zip(a[0] + a[1], b[0] + b[1])), length
+        info = next(v for v in [jitckpt.plan(model)] + jitckpt.plan(model)["variants"]
+                    if v["input_shapes"][0][1] == length)
+        peak = b[2] + families.caller_held_bytes(model, b[3])
+        loss_bytes = families.loss_held_bytes(b[4], family.loss)
+        assert peak <= info["memory_limit"] + loss_bytes + families.OUTSIDE_CHAIN_BYTES, (length, peak, info["memory_limit"])

@@ -1,0 +1,138 @@
+// predictCosts: byte counts exact where one quadratic gives every sample, times fitted, and
+// nothing where the samples cannot say.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "solver/baselines.h"
+#include "solver/cost_fit.h"
+#include "solver/simulator.h"
+
+using namespace jitckpt::solver;
+
+namespace {
+
+constexpr int64_t kBatch = 4, kWidth = 64, kHeads = 8;
+
+// A transformer-like chain at sequence length t: activations linear in t, attention scores
+// quadratic, parameter gradients constant, a span over stages 1-2.
+Costs chainAt(int64_t t) {
+  Costs c;
+  const int L = 4;
+  for (int l = 0; l <= L; ++l) {
+    const int64_t act = 4 * kBatch * kWidth * t;
+    const int64_t scores = l % 2 == 1 ? 4 * kBatch * kHeads * t * t : 0;
+    c.wa.push_back(act);
+    c.wabar.push_back(l == 0 ? act : 3 * act + scores);
+    c.wd.push_back(act);
+    c.of.push_back(l == 0 ? 0 : 512 + scores / 2);
+    c.of_nograd.push_back(l == 0 ? 0 : scores);
+    c.ob.push_back(l == 0 ? 0 : act + scores);
+    c.wg.push_back(l == 0 ? 0 : 4 * kWidth * kWidth);
+    c.uf.push_back(
+        l == 0 ? 0 : 1.0 + 0.01 * static_cast<double>(t) + 1e-4 * static_cast<double>(t * t));
+    c.ub.push_back(l == 0 ? 0 : 2 * c.uf.back());
+  }
+  c.spans = {Span{1, 2, 4 * kBatch * kWidth * t}};
+  c.held_output = c.wa[L - 1];
+  validate(c);
+  return c;
+}
+
+// Sizes as an InputKey flattens them: the chain input (batch, t, width) and a mask (t, t).
+std::vector<int64_t> sizesAt(int64_t t) { return {kBatch, t, kWidth, t, t}; }
+
+struct Profiles {
+  std::vector<Costs> costs;
+  std::vector<CostSample> samples;
+  Profiles(const std::vector<int64_t>& lengths, const std::function<Costs(int64_t)>& make = chainAt,
+           const std::function<std::vector<int64_t>(int64_t)>& sizes = sizesAt) {
+    for (int64_t t : lengths) costs.push_back(make(t));
+    for (size_t k = 0; k < lengths.size(); ++k) samples.push_back({sizes(lengths[k]), &costs[k]});
+  }
+};
+
+TEST(CostFit, ByteCountsAreExactAndTimesCloseBetweenProfiledLengths) {
+  const Profiles profiles({64, 128, 192, 256});
+  for (int64_t t : {80, 144, 240}) {
+    const auto predicted = predictCosts(profiles.samples, sizesAt(t));
+    ASSERT_TRUE(predicted) << t;
+    const Costs truth = chainAt(t);
+    EXPECT_EQ(predicted->wa, truth.wa);
+    EXPECT_EQ(predicted->wabar, truth.wabar);
+    EXPECT_EQ(predicted->wd, truth.wd);
+    EXPECT_EQ(predicted->of, truth.of);
+    EXPECT_EQ(predicted->of_nograd, truth.of_nograd);
+    EXPECT_EQ(predicted->ob, truth.ob);
+    EXPECT_EQ(predicted->wg, truth.wg);
+    EXPECT_EQ(predicted->spans, truth.spans);
+    EXPECT_EQ(predicted->held_output, truth.held_output);
+    for (int l = 1; l <= truth.length(); ++l) {
+      EXPECT_NEAR(predicted->uf[l], truth.uf[l], 1e-9) << l;
+      EXPECT_NEAR(predicted->ub[l], truth.ub[l], 1e-9) << l;
+    }
+    EXPECT_EQ(simulate(*predicted, noCheckpointSchedule(*predicted)).peak,
+              simulate(truth, noCheckpointSchedule(truth)).peak);
+  }
+}
+
+TEST(CostFit, NothingOutsideTheProfiledRangeOrAtAProfiledLength) {
+  const Profiles profiles({64, 128, 192, 256});
+  EXPECT_FALSE(predictCosts(profiles.samples, sizesAt(48)));
+  EXPECT_FALSE(predictCosts(profiles.samples, sizesAt(272)));
+  EXPECT_FALSE(predictCosts(profiles.samples, sizesAt(128)));
+}
+
+TEST(CostFit, NothingFromTooFewSamples) {
+  const Profiles profiles({64, 128, 256});
+  EXPECT_FALSE(predictCosts(profiles.samples, sizesAt(192)));
+}
+
+TEST(CostFit, NothingWhereACountIsNotOneQuadratic) {
+  // Sizes rounded up to whole blocks, as a caching allocator counts them.
+  const Profiles profiles({64, 96, 128, 256}, [](int64_t t) {
+    Costs c = chainAt(t);
+    for (auto& w : c.ob) w = (w + 100'000 + 511) / 512 * 512 + (t > 100 ? 512 : 0);
+    return c;
+  });
+  EXPECT_FALSE(predictCosts(profiles.samples, sizesAt(192)));
+}
+
+TEST(CostFit, ACountThatFallsWithTheSizeIsBoundedByItsLargestSample) {
+  // An embedding's backward: a workspace that smaller batches of indices take more of.
+  const std::vector<int64_t> lengths{64, 96, 128, 256};
+  const std::vector<int64_t> workspace{11252, 8692, 8192, 8192};
+  std::vector<Costs> costs;
+  for (size_t k = 0; k < lengths.size(); ++k) {
+    costs.push_back(chainAt(lengths[k]));
+    costs.back().ob[1] = workspace[k];
+  }
+  std::vector<CostSample> samples;
+  for (size_t k = 0; k < lengths.size(); ++k) samples.push_back({sizesAt(lengths[k]), &costs[k]});
+  const auto predicted = predictCosts(samples, sizesAt(112));
+  ASSERT_TRUE(predicted);
+  EXPECT_EQ(predicted->ob[1], 11252);
+  EXPECT_EQ(predicted->ob[2], chainAt(112).ob[2]);
+}
+
+TEST(CostFit, NothingWhereTwoSizesVaryApart) {
+  // The batch varies with the length (t / 32), or only at the target: one variable cannot say.
+  const Profiles scaled({64, 128, 192, 256}, chainAt, [](int64_t t) {
+    return std::vector<int64_t>{t / 32, t, kWidth, t, t};
+  });
+  EXPECT_FALSE(predictCosts(scaled.samples, {5, 160, kWidth, 160, 160}));
+  const Profiles profiles({64, 128, 192, 256});
+  EXPECT_FALSE(predictCosts(profiles.samples, {2 * kBatch, 160, kWidth, 160, 160}));
+  EXPECT_TRUE(predictCosts(profiles.samples, {kBatch, 160, kWidth, 160, 160}));
+}
+
+TEST(CostFit, NothingWhereTheStructureDiffers) {
+  const Profiles profiles({64, 128, 192, 256}, [](int64_t t) {
+    Costs c = chainAt(t);
+    if (t == 192) c.spans = {Span{2, 3, c.wa[2]}};
+    return c;
+  });
+  EXPECT_FALSE(predictCosts(profiles.samples, sizesAt(160)));
+}
+
+}  // namespace
