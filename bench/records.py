@@ -1,15 +1,20 @@
 """Writes a result's JSON so that a reader and git diff see one record a line.
 
 `dump(obj, f)`: objects and lists nest with one item a line until an item is a flat record (a
-dict or list of scalars), which is written on one line. `json.load` reads it as any JSON.
+dict or list of scalars and lists of scalars), which is written on one line. `json.load` reads it as any JSON.
 """
 import json
 from typing import Any, IO
 
 
+def _scalar(value: Any) -> bool:
+    return not isinstance(value, (dict, list)) or not value
+
+
 def _flat(value: Any) -> bool:
+    """A scalar, or a record of scalars and lists of scalars (a shape)."""
     items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
-    return items is None or all(not isinstance(v, (dict, list)) or not v for v in items)
+    return items is None or all(_scalar(v) or (isinstance(v, list) and all(map(_scalar, v))) for v in items)
 
 
 def _render(value: Any, indent: int) -> str:
