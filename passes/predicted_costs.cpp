@@ -1,10 +1,9 @@
 // Predicted costs (see predicted_costs.h).
 #include "passes/predicted_costs.h"
 
-#include <vector>
+#include <optional>
 
 #include "runtime/replan.h"
-#include "solver/cost_fit.h"
 
 namespace jitckpt {
 namespace {
@@ -22,22 +21,21 @@ std::optional<std::vector<int64_t>> flatSizes(const InputKey& key, const InputKe
 
 }  // namespace
 
-std::optional<solver::Costs> predictedCosts(const Plan& planned,
-                                            const std::shared_ptr<const ChainStages>& stages,
-                                            const InputKey& key) {
-  std::vector<c10::intrusive_ptr<Plan>> plans = planned.variants().heldPlans();
+CostSamples measuredCosts(const Plan& planned, const std::shared_ptr<const ChainStages>& stages,
+                          const InputKey& key) {
+  CostSamples found;
+  found.plans = planned.variants().heldPlans();
   // (the planned plan itself, where it was profiled for these stages; a deferred one was not)
-  std::vector<const Plan*> profiled;
-  if (!planned.deferred()) profiled.push_back(&planned);
-  for (const auto& plan : plans) profiled.push_back(plan.get());
-  std::vector<solver::CostSample> samples;
-  for (const Plan* plan : profiled) {
+  std::vector<const Plan*> plans;
+  if (!planned.deferred()) plans.push_back(&planned);
+  for (const auto& plan : found.plans) plans.push_back(plan.get());
+  for (const Plan* plan : plans) {
     const Solution& s = plan->solution();
     if (plan->sharedStages() != stages || s.predicted || s.input_key.types != key.types) continue;
-    if (auto sizes = flatSizes(s.input_key, key)) samples.push_back({*sizes, &s.costs});
+    if (auto sizes = flatSizes(s.input_key, key)) found.samples.push_back({*sizes, &s.costs});
   }
-  const auto target = flatSizes(key, key);
-  return solver::predictCosts(samples, *target);
+  found.target = *flatSizes(key, key);
+  return found;
 }
 
 }  // namespace jitckpt

@@ -281,7 +281,8 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
     warmUp(runner, l, current, options.warmup);
     Tensors outputs = measureMemory(runner, l, current, *probe, s);
     output_layouts[l] = s.output_layouts;
-    measureTimes(runner, l, current, options.repeats, device, *stopwatch, s);
+    if (options.time_stages)
+      measureTimes(runner, l, current, options.repeats, device, *stopwatch, s);
     appendStage(c, s, l);
     profile.labels.push_back(s.label);
     profile.stages.push_back(std::move(s));
@@ -303,7 +304,8 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   // its allocations fault in fresh memory, so that it runs slower than the runs after it (timed,
   // it put the predicted times above the measured ones).
   // The first run is untimed: it records the layouts of the gradients each B is handed.
-  const int timed_runs = std::min(options.calibration_runs, options.repeats);
+  const int timed_runs =
+      options.time_stages ? std::min(options.calibration_runs, options.repeats) : 0;
   const int untimed_runs = std::max(timed_runs > 0 ? options.warmup : 0, 1);
   const bool fits =
       options.whole_schedule_room < 0 || profile.unconstrained_peak <= options.whole_schedule_room;

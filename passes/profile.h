@@ -23,6 +23,9 @@ namespace jitckpt {
 
 struct ProfileOptions {
   int repeats = 5;  // timed runs per stage and direction; the median is kept
+  // False: memory only, no timed runs (uf, uf_nograd and ub stay 0): a re-plan takes the times
+  // from the profiles of other sizes (solver::scaleTimes).
+  bool time_stages = true;
   // Untimed forward+backward rounds per stage before measuring, and untimed runs of the whole
   // no-checkpointing schedule before timing it (calibration_runs; at least one where the whole
   // schedule runs: it notes the gradient layouts each B is handed, each B run alone).

@@ -54,9 +54,14 @@ class ProfilingReplanner final : public Replanner {
     const auto start = std::chrono::steady_clock::now();
     const std::shared_ptr<const ChainStages> stages = stagesToPlan(planned, arguments, at_least);
     const InputKey key = inputKey(planned.stages(), arguments);
+    // Profiles of these stages at other sizes: the costs predicted from them where they can say,
+    // else the sizes measured and the times taken from them.
+    const CostSamples measured = measuredCosts(planned, stages, key);
     std::optional<solver::Costs> predicted;
-    if (!at_least) predicted = predictedCosts(planned, stages, key);
+    if (!at_least) predicted = solver::predictCosts(measured.samples, measured.target);
+    options.time_stages = at_least || measured.samples.empty();
     solver::Costs costs = predicted ? *predicted : profileStages(stages, arguments, options).costs;
+    if (!predicted && !options.time_stages) solver::scaleTimes(measured.samples, costs);
     if (at_least) costs = solver::largestOf(costs, at_least->solution().costs);
     SolveOptions solve_options{old.strategy, old.slots, old.segments, old.given};
     solve_options.epilogue_gradient_bytes = old.epilogue_gradient_bytes;

@@ -245,4 +245,32 @@ std::optional<Costs> predictCosts(const std::vector<CostSample>& samples,
   return c;
 }
 
+void scaleTimes(const std::vector<CostSample>& samples, Costs& measured) {
+  auto weight = [](const Costs& c) {
+    long double bytes = 0;
+    for (int64_t w : c.wabar) bytes += static_cast<long double>(w);
+    return bytes;
+  };
+  const CostSample* nearest = nullptr;
+  long double distance = std::numeric_limits<long double>::max();
+  for (const auto& s : samples) {
+    if (!s.costs || s.costs->length() != measured.length()) continue;
+    const long double d = std::fabs(std::log((weight(*s.costs) + 1) / (weight(measured) + 1)));
+    if (d < distance) distance = d, nearest = &s;
+  }
+  if (!nearest) throw std::invalid_argument("scaleTimes: no sample of this chain's length");
+  const Costs& from = *nearest->costs;
+  measured.uf.assign(from.uf.size(), 0);
+  measured.ub.assign(from.ub.size(), 0);
+  measured.uf_nograd.assign(from.uf_nograd.size(), 0);
+  for (size_t l = 1; l < from.uf.size(); ++l) {
+    const double scale = from.wabar[l] > 0 ? static_cast<double>(measured.wabar[l]) /
+                                                 static_cast<double>(from.wabar[l])
+                                           : 1.0;
+    measured.uf[l] = from.uf[l] * scale;
+    measured.ub[l] = from.ub[l] * scale;
+    if (!from.uf_nograd.empty()) measured.uf_nograd[l] = from.uf_nograd[l] * scale;
+  }
+}
+
 }  // namespace jitckpt::solver

@@ -31,4 +31,10 @@ struct CostSample {
 std::optional<Costs> predictCosts(const std::vector<CostSample>& samples,
                                   const std::vector<int64_t>& target);
 
+// Times for `measured`, whose sizes were profiled without timing: the sample's of the same
+// chain whose activations weigh most like its own, each stage's scaled by how much more it holds
+// (abar^l), which grows with its work. Throws std::invalid_argument unless the sample has the
+// same number of stages.
+void scaleTimes(const std::vector<CostSample>& samples, Costs& measured);
+
 }  // namespace jitckpt::solver

@@ -136,3 +136,26 @@ TEST(CostFit, NothingWhereTheStructureDiffers) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(CostFit, TimesOfAProfileWithoutTimingComeFromTheNearestSample) {
+  const Profiles profiles({64, 256});
+  Costs measured = chainAt(96);
+  for (auto* times : {&measured.uf, &measured.ub, &measured.uf_nograd})
+    times->assign(times->size(), 0);
+  scaleTimes(profiles.samples, measured);
+  const Costs& nearest = profiles.costs[0];  // t = 64
+  for (int l = 1; l <= measured.length(); ++l) {
+    const double scale = static_cast<double>(measured.wabar[l]) / nearest.wabar[l];
+    EXPECT_DOUBLE_EQ(measured.uf[l], nearest.uf[l] * scale) << l;
+    EXPECT_DOUBLE_EQ(measured.ub[l], nearest.ub[l] * scale) << l;
+    EXPECT_GT(measured.uf[l], nearest.uf[l]) << l;
+  }
+  EXPECT_EQ(measured.uf[0], 0);
+  Costs shorter = chainAt(96);
+  shorter.uf.pop_back();
+  EXPECT_THROW(scaleTimes({{sizesAt(96), &shorter}}, measured), std::invalid_argument);
+}
+
+}  // namespace
