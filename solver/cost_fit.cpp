@@ -134,36 +134,34 @@ std::optional<long double> fittedTime(const std::vector<int64_t>& v,
 
 // Fills `out` entry by entry from the samples' entries of one field; false where a count is not
 // exact or the field's presence differs.
-template <typename Field>
-bool fitCounts(const std::vector<CostSample>& samples, const std::vector<int64_t>& v, Field field,
-               std::vector<int64_t>& out) {
-  const std::vector<int64_t>& model = field(*samples[0].costs);
+bool fitCounts(const std::vector<CostSample>& samples, const std::vector<int64_t>& v,
+               std::vector<int64_t> Costs::*field, Costs& out) {
+  const std::vector<int64_t>& model = samples[0].costs->*field;
   for (const auto& s : samples)
-    if (field(*s.costs).size() != model.size()) return false;
-  out.assign(model.size(), 0);
+    if ((s.costs->*field).size() != model.size()) return false;
+  (out.*field).assign(model.size(), 0);
   for (size_t l = 0; l < model.size(); ++l) {
     std::vector<int64_t> y;
-    for (const auto& s : samples) y.push_back(field(*s.costs)[l]);
+    for (const auto& s : samples) y.push_back((s.costs->*field)[l]);
     const auto count = predictedCount(v, y);
     if (!count) return false;
-    out[l] = *count;
+    (out.*field)[l] = *count;
   }
   return true;
 }
 
-template <typename Field>
-bool fitTimes(const std::vector<CostSample>& samples, const std::vector<int64_t>& v, Field field,
-              std::vector<double>& out) {
-  const std::vector<double>& model = field(*samples[0].costs);
+bool fitTimes(const std::vector<CostSample>& samples, const std::vector<int64_t>& v,
+              std::vector<double> Costs::*field, Costs& out) {
+  const std::vector<double>& model = samples[0].costs->*field;
   for (const auto& s : samples)
-    if (field(*s.costs).size() != model.size()) return false;
-  out.assign(model.size(), 0);
+    if ((s.costs->*field).size() != model.size()) return false;
+  (out.*field).assign(model.size(), 0);
   for (size_t l = 0; l < model.size(); ++l) {
     std::vector<long double> y;
-    for (const auto& s : samples) y.push_back(field(*s.costs)[l]);
+    for (const auto& s : samples) y.push_back((s.costs->*field)[l]);
     const auto t = fittedTime(v, y);
     if (!t) return false;
-    out[l] = static_cast<double>(std::max(*t, 0.0L));
+    (out.*field)[l] = static_cast<double>(std::max(*t, 0.0L));
   }
   return true;
 }
@@ -198,32 +196,12 @@ std::optional<Costs> predictCosts(const std::vector<CostSample>& samples,
   if (std::binary_search(sampled.begin(), sampled.end(), v->back())) return std::nullopt;
 
   Costs c;
-  const bool counted =
-      fitCounts(
-          samples, *v, [](const Costs& x) -> const auto& { return x.wa; }, c.wa) &&
-      fitCounts(
-          samples, *v, [](const Costs& x) -> const auto& { return x.wabar; }, c.wabar) &&
-      fitCounts(
-          samples, *v, [](const Costs& x) -> const auto& { return x.wd; }, c.wd) &&
-      fitCounts(
-          samples, *v, [](const Costs& x) -> const auto& { return x.of; }, c.of) &&
-      fitCounts(
-          samples, *v, [](const Costs& x) -> const auto& { return x.of_nograd; }, c.of_nograd) &&
-      fitCounts(
-          samples, *v, [](const Costs& x) -> const auto& { return x.ob; }, c.ob) &&
-      fitCounts(
-          samples, *v, [](const Costs& x) -> const auto& { return x.wg; }, c.wg) &&
-      fitCounts(
-          samples, *v, [](const Costs& x) -> const auto& { return x.wd_handed; }, c.wd_handed);
-  const bool timed =
-      fitTimes(
-          samples, *v, [](const Costs& x) -> const auto& { return x.uf; }, c.uf) &&
-      fitTimes(
-          samples, *v, [](const Costs& x) -> const auto& { return x.uf_nograd; }, c.uf_nograd) &&
-      fitTimes(
-          samples, *v, [](const Costs& x) -> const auto& { return x.ub; }, c.ub);
-  if (!counted || !timed) return std::nullopt;
-  std::vector<int64_t> held, span_bytes;
+  for (auto field : {&Costs::wa, &Costs::wabar, &Costs::wd, &Costs::of, &Costs::of_nograd,
+                     &Costs::ob, &Costs::wg, &Costs::wd_handed})
+    if (!fitCounts(samples, *v, field, c)) return std::nullopt;
+  for (auto field : {&Costs::uf, &Costs::uf_nograd, &Costs::ub})
+    if (!fitTimes(samples, *v, field, c)) return std::nullopt;
+  std::vector<int64_t> held;
   for (const auto& s : samples) held.push_back(s.costs->held_output);
   const auto held_output = predictedCount(*v, held);
   if (!held_output) return std::nullopt;
