@@ -2,10 +2,11 @@
 # test-torch2.sh LINE [--prepare|--all]: builds jitckpt against a PyTorch 2.x line and runs its
 # share of the tests there, in a Debian root made with debootstrap from Debian's registry:
 #   2.14  Debian sid's PyTorch 2.14 (Python 3.14, C++20): the C++ tests, lit, both installations,
-#         the Python API's files and the fuzzer's regressions;
+#         the Python API's files (eager modules through torch.export among them) and the fuzzer's
+#         regressions;
 #   2.6   Debian trixie's PyTorch 2.6, against the Python module alone: every family at its
-#         smallest limit in allocator blocks (float32, bfloat16, float16), carried masks, and the
-#         fuzzer's regressions.
+#         smallest limit in allocator blocks (float32, bfloat16, float16), carried masks, eager
+#         modules through torch.export (the model zoo's families too), and the fuzzer's regressions.
 # `--all` runs every test there but the solver's and the GPU suite's dry run (34 minutes on 2.14).
 # docs/development.md says what runs where, and why that is enough. The roots and their build
 # folders are kept between runs (in JITCKPT_TORCH2_ROOTS, default /var/tmp: jitckpt-sid,
@@ -134,7 +135,7 @@ elif [ "$line" = 2.14 ]; then
   configure+=" -DJITCKPT_BUILD_SOLVER_TESTS=OFF"
   build="cmake --build /build -j$jobs"
   left_out="deferred|model_families|mixed_precision|stage_groups|allocator_blocks|partition|autograd_contracts"
-  left_out+="|layout_exactness|finer_stages|plot|bench"
+  left_out+="|layout_exactness|finer_stages|plot|bench|eager_zoo"
   test="USE_LIBUV=0 ctest --test-dir /build --output-on-failure -j$jobs -LE gpu_suite \
     -E '^(pytest_test_($left_out)|fuzz_models_.*)\$'"
 else
@@ -143,7 +144,7 @@ else
   # masks through its attention; the fuzzer's regressions.
   build="cmake --build /build -j$jobs --target _C"
   test="ctest --test-dir /build --output-on-failure -j$jobs \
-    -R '^(pytest_test_(allocator_blocks|carried_masks)|fuzz_regressions)\$'"
+    -R '^(pytest_test_(allocator_blocks|carried_masks|eager_modules|eager_zoo)|fuzz_regressions)\$'"
 fi
 $SUDO chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root bash -c "
   set -e

@@ -12,7 +12,8 @@ import torch  # noqa: F401  (loads libtorch and torch's Python bindings before _
 
 from . import _C  # noqa: E402
 from .api import checkpoint, cpu_memory, dump, is_rewritten, partition, plan, strip  # noqa: E402
+from .eager import CheckpointedModule  # noqa: E402
 from .plotting import plot  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["checkpoint", "dump", "plan", "plot", "partition", "strip", "is_rewritten", "cpu_memory", "_C"]
+__all__ = ["checkpoint", "CheckpointedModule", "dump", "plan", "plot", "partition", "strip", "is_rewritten", "cpu_memory", "_C"]

@@ -54,11 +54,12 @@ def _draw(args: List[str], path: str) -> None:
 
     from . import api
     from .plotting import plot
+    from .torchscript import quiet_torchscript
 
     models = [a for a in args[1:] if not a.startswith("-")]
     if len(models) != 1:
         raise SystemExit("error: inspect --plot takes one model file")
-    with api._quiet_torchscript():
+    with quiet_torchscript():
         module = torch.jit.load(models[0])
     if not api.is_rewritten(module):
         raise SystemExit(f"error: '{models[0]}' was not rewritten by jitckpt; run `jitckpt optimize` on it first")

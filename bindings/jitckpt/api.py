@@ -1,24 +1,15 @@
 """Python entry points over jitckpt._C."""
-import contextlib
 import sys
-import warnings
 from typing import Any, Dict, Optional, Sequence, Union
 
 import torch
 
 from . import _C
+from . import capture as capturing
+from .eager import CheckpointedModule
+from .torchscript import quiet_torchscript
 
 MemoryLimit = Union[None, int, float, str]
-
-
-@contextlib.contextmanager
-def _quiet_torchscript():
-    """Where jitckpt itself scripts or loads a module, TorchScript's deprecation warnings (2.11 on;
-    on 2.14 with Python 3.14, "`torch.jit.script` is not supported in Python 3.14+") are its own
-    business, not the user's: they are not shown. The user's own calls still warn."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
-        yield
 
 
 def _script(module: Any) -> torch.jit.ScriptModule:
@@ -26,7 +17,7 @@ def _script(module: Any) -> torch.jit.ScriptModule:
         return module
     if isinstance(module, torch.nn.Module):
         try:
-            with _quiet_torchscript():
+            with quiet_torchscript():
                 return torch.jit.script(module)
         except Exception as error:  # the scripting error says which line fails
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -41,9 +32,28 @@ def _script(module: Any) -> torch.jit.ScriptModule:
 
 def _rewritten(module: Any, what: str) -> torch._C.ScriptModule:
     """The C++ module of what jitckpt.checkpoint returned, or a TypeError that says so."""
+    if isinstance(module, CheckpointedModule):
+        if module.rewritten is None:
+            raise ValueError(f"jitckpt.{what}: this module has not been captured yet; that happens at its first "
+                             "training call, or in checkpoint() when it is given example_inputs")
+        module = module.rewritten
     if not isinstance(module, torch.jit.ScriptModule):
         raise TypeError(f"jitckpt.{what} takes a module that jitckpt.checkpoint returned, not {type(module).__name__}")
     return module._c
+
+
+def _exports(module: Any, front_end: str) -> bool:
+    """Whether checkpoint captures `module` with torch.export (else it scripts it)."""
+    if front_end not in ("auto", "export", "script"):
+        raise ValueError(f'front_end must be "auto", "export" or "script", not {front_end!r}')
+    if isinstance(module, torch.jit.ScriptModule) or not isinstance(module, torch.nn.Module):
+        if front_end == "export":
+            raise TypeError("front_end='export' takes the eager nn.Module, not a scripted one")
+        return False
+    if front_end == "export" and not capturing.available():
+        raise RuntimeError(f"front_end='export' needs PyTorch 2.6 or later (this is {torch.__version__}); "
+                           "use front_end='script' with a scriptable model")
+    return front_end == "export" or (front_end == "auto" and capturing.available())
 
 
 def _every_cut(cuts: str) -> bool:
@@ -114,7 +124,8 @@ def checkpoint(
     verbose: bool = False,
     progress: Optional[Any] = None,
     reuse_profile_of: Optional[torch.jit.ScriptModule] = None,
-) -> torch.jit.ScriptModule:
+    front_end: str = "auto",
+) -> Union[torch.jit.ScriptModule, CheckpointedModule]:
     """Returns `module` with its forward rewritten to train within `memory_limit` of activations.
 
     Without example_inputs the rewrite happens now and the plan at the first training call, for
@@ -142,8 +153,34 @@ def checkpoint(
     the smallest limit where a gap's own backward bounds it, for a longer profile.
     reuse_profile_of: a module rewritten from the same model and input shapes, whose measured
     stage costs are reused instead of profiling.
+    front_end: "auto" (default) captures an eager nn.Module with torch.export on PyTorch 2.6 and
+    later and returns a CheckpointedModule (same arguments, same output types, the model's own
+    parameters; it captures again for arguments of another structure, non-tensor values, dtype or
+    device), and takes a scripted module (and any module on older PyTorch) through TorchScript;
+    "export" or "script" choose one.
     """
-    scripted = _script(module)
+    options = dict(memory_limit=memory_limit, strategy=strategy, schedule=schedule, slots=slots,
+                   max_stages=max_stages, cuts=cuts, segments=segments, profile_repeats=profile_repeats,
+                   verbose=verbose, progress=progress)
+    if _exports(module, front_end):
+        if reuse_profile_of is not None:
+            raise ValueError("reuse_profile_of takes scripted modules; leave it out for an eager one")
+        _every_cut(cuts), _limit_text(memory_limit)  # refused now, not at the first call
+        wrapped = CheckpointedModule(
+            module, lambda scripted, example: _checkpoint_scripted(scripted, example, None, **options),
+            fallback=None if front_end == "export" else lambda example: _checkpoint_scripted(
+                _script(module), example, None, **options))
+        if example_inputs is not None:
+            wrapped.plan_now((example_inputs,) if isinstance(example_inputs, torch.Tensor) else example_inputs)
+        return wrapped
+    return _checkpoint_scripted(_script(module), example_inputs, reuse_profile_of, **options)
+
+
+def _checkpoint_scripted(scripted: torch.jit.ScriptModule, example_inputs: Optional[Sequence[Any]],
+                         reuse_profile_of: Optional[torch.jit.ScriptModule], *, memory_limit: MemoryLimit,
+                         strategy: str, schedule: Optional[str], slots: int, max_stages: int, cuts: str,
+                         segments: int, profile_repeats: int, verbose: bool,
+                         progress: Optional[Any]) -> torch.jit.ScriptModule:
     if _C.is_rewritten(scripted._c):
         raise ValueError("this module was already rewritten by jitckpt; call checkpoint on the original module")
     if isinstance(example_inputs, torch.Tensor):
@@ -172,11 +209,16 @@ def checkpoint(
 
 def strip(module: torch.jit.ScriptModule) -> torch.jit.ScriptModule:
     """The original forward of a module that jitckpt rewrote, sharing its parameters and buffers:
-    no jitckpt::chain op and no plan, for export or inference where jitckpt is not installed."""
+    no jitckpt::chain op and no plan, for export or inference where jitckpt is not installed.
+    For a CheckpointedModule, the model itself."""
+    if isinstance(module, CheckpointedModule):
+        return module.module
     return torch.jit._recursive.wrap_cpp_module(_C.strip(_rewritten(module, "strip")))
 
 
 def is_rewritten(module: torch.jit.ScriptModule) -> bool:
+    if isinstance(module, CheckpointedModule):
+        return True
     return isinstance(module, torch.jit.ScriptModule) and _C.is_rewritten(module._c)
 
 

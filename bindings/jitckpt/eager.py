@@ -1,0 +1,89 @@
+"""CheckpointedModule: a plain nn.Module trained through jitckpt, with its own call and output types.
+
+A training call (gradients enabled) is served by a capture of the model for calls like it
+(capture.py) that jitckpt rewrote; the first call of a new kind captures and rewrites again (the
+rewritten module plans at its own first call, as a deferred TorchScript module does). Calls with
+gradients disabled run the model itself. Parameters and buffers are the model's own, so optimizers,
+state_dict and BatchNorm statistics stay with it. A model that export cannot capture trains through
+a fallback where one is given (TorchScript, for "auto"), with one warning.
+"""
+import warnings
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import torch
+
+from . import capture as capturing
+
+Rewrite = Callable[[torch.jit.ScriptModule, Optional[Sequence[Any]]], torch.jit.ScriptModule]
+Fallback = Callable[[Optional[Sequence[Any]]], torch.jit.ScriptModule]
+
+
+class CheckpointedModule(torch.nn.Module):
+    """`module` trained within a memory limit; `.module` is the model itself."""
+
+    max_captures = 8  # least recently used dropped: a run over many argument kinds stays bounded
+
+    def __init__(self, module: torch.nn.Module, rewrite: Rewrite, fallback: Optional[Fallback] = None) -> None:
+        super().__init__()
+        self.module = module
+        self._rewrite = rewrite
+        self._fallback = fallback
+        self._scripted: Optional[torch.jit.ScriptModule] = None  # the fallback, once taken
+        self._captures: List[Tuple[capturing.Capture, torch.jit.ScriptModule]] = []
+
+    def plan_now(self, example_inputs: Sequence[Any]) -> None:
+        """Captures and plans for example inputs (positional arguments) instead of the first call."""
+        try:
+            self._entry(tuple(example_inputs), {}, plan_with_inputs=True)
+        except capturing.CaptureError as error:
+            if self._fallback is None:
+                raise
+            self._take_fallback(error, example_inputs)
+
+    @property
+    def rewritten(self) -> Optional[torch.jit.ScriptModule]:
+        """The rewritten module the last training call ran (None before the first)."""
+        if self._scripted is not None:
+            return self._scripted
+        return self._captures[0][1] if self._captures else None
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return self.module(*args, **kwargs)
+        if self._scripted is not None:
+            return self._scripted(*args, **kwargs)
+        try:
+            captured, rewritten, flat = self._entry(args, kwargs)
+        except capturing.CaptureError as error:
+            if self._fallback is None or self._captures:
+                raise
+            self._take_fallback(error, None)
+            return self._scripted(*args, **kwargs)
+        return capturing.outputs(captured, rewritten(*capturing.arguments(captured, flat)))
+
+    def _take_fallback(self, error: Exception, example_inputs: Optional[Sequence[Any]]) -> None:
+        """TorchScript for a model export cannot capture; if it cannot script either, export's error."""
+        assert self._fallback is not None
+        try:
+            self._scripted = self._fallback(example_inputs)
+        except TypeError as script_error:
+            lines = str(script_error).strip().splitlines()
+            raise capturing.CaptureError(
+                f"{error}; nor could it be scripted ({lines[0] if lines else type(script_error).__name__})"
+            ) from script_error
+        warnings.warn(f"{error}; {type(self.module).__name__} trains through TorchScript instead", stacklevel=3)
+
+    def _entry(self, args: Tuple[Any, ...], kwargs: Any,
+               plan_with_inputs: bool = False) -> Tuple[capturing.Capture, torch.jit.ScriptModule, List[Any]]:
+        flat, spec = capturing.flatten(args, kwargs)
+        flags = capturing.training_flags(self.module)
+        for i, (captured, rewritten) in enumerate(self._captures):
+            if captured.serves(flat, spec, flags):
+                self._captures.insert(0, self._captures.pop(i))
+                return captured, rewritten, flat
+        captured = capturing.capture(self.module, args, kwargs)
+        example = capturing.arguments(captured, flat) if plan_with_inputs else None
+        rewritten = self._rewrite(captured.scripted, example)
+        self._captures.insert(0, (captured, rewritten))
+        del self._captures[self.max_captures:]
+        return captured, rewritten, flat

@@ -1,0 +1,189 @@
+"""Plain nn.Modules through torch.export (PyTorch 2.6 on): models TorchScript cannot script, written
+the Hugging Face way (test/models/hf_style.py), trained with AdamW, accumulation and clipping, in
+float32 and bfloat16 autocast, over batches of varying length, fine-tuned with frozen layers and an
+adapter. Each trains bit for bit like the eager model (itself trained twice first), keeps its
+output type and the model's own parameters, and errors say what to do. test_eager_zoo.py takes
+the model zoo's families."""
+import warnings
+from typing import Any, Dict, List
+
+import pytest
+import torch
+
+import jitckpt
+from jitckpt import capture
+
+import families
+import hf_style
+
+pytestmark = pytest.mark.skipif(not capture.available(), reason="torch.export's training capture needs PyTorch 2.6")
+
+LENGTHS = (24, 16, 32, 16)  # dynamic padding: each batch as long as its longest row
+
+
+def adamw_steps(model: torch.nn.Module, batches: List[Dict[str, Any]], accumulate: int = 2,
+                autocast: bool = False) -> List[Any]:
+    """AdamW over the batches, `accumulate` micro-batches a step, gradients clipped; per micro-batch
+    the output's loss and logits, per step every parameter and gradient (a record to compare)."""
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(parameters, lr=1e-2)
+    record: List[Any] = []
+    for i, kwargs in enumerate(batches):
+        torch.manual_seed(i)  # dropout
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            output = model(**kwargs)
+        assert isinstance(output, hf_style.ModelOutput), type(output)
+        (output.loss / accumulate).backward()
+        record.append(("output", output.loss.detach().clone(), output.logits.detach().clone(),
+                       output.hidden_states))
+        if (i + 1) % accumulate == 0:
+            torch.nn.utils.clip_grad_norm_(parameters, 0.5)
+            record.append(("gradients", [p.grad.clone() for p in parameters]))
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            record.append(("parameters", [p.detach().clone() for p in model.parameters()]))
+    return record
+
+
+def assert_same(reference: List[Any], other: List[Any], what: str) -> None:
+    assert len(reference) == len(other), what
+    for step, (a, b) in enumerate(zip(reference, other)):
+        assert a[0] == b[0], what
+        tensors_a = [t for t in a[1:] if isinstance(t, torch.Tensor)] + [t for x in a[1:] if isinstance(x, list) for t in x]
+        tensors_b = [t for t in b[1:] if isinstance(t, torch.Tensor)] + [t for x in b[1:] if isinstance(x, list) for t in x]
+        assert len(tensors_a) == len(tensors_b), f"{what}, record {step}"
+        for i, (x, y) in enumerate(zip(tensors_a, tensors_b)):
+            assert x.dtype == y.dtype and torch.equal(x, y), \
+                f"{what}, record {step} ({a[0]}), tensor {i}: max difference {(x.double() - y.double()).abs().max()}"
+
+
+def hf_batches(kind: str) -> List[Dict[str, Any]]:
+    return [hf_style.batch(kind, length, seed=i) for i, length in enumerate(LENGTHS)]
+
+
+@pytest.mark.parametrize("kind", ["causal_lm", "classifier"])
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bfloat16"])
+def test_unscriptable_models_train_bit_for_bit(kind, autocast):
+    with pytest.raises(Exception), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.jit.script(hf_style.make(kind))  # the point: TorchScript cannot take these
+    batches = hf_batches(kind)
+    reference = adamw_steps(hf_style.make(kind), batches, autocast=autocast)
+    assert_same(reference, adamw_steps(hf_style.make(kind), batches, autocast=autocast), f"{kind}: eager twice")
+    model = hf_style.make(kind)
+    rewritten = jitckpt.checkpoint(model, memory_limit=0.6, profile_repeats=1)
+    assert isinstance(rewritten, jitckpt.CheckpointedModule) and rewritten.module is model
+    assert list(rewritten.parameters()) == list(model.parameters())
+    assert_same(reference, adamw_steps(rewritten, batches, autocast=autocast), f"{kind} through jitckpt")
+    info = jitckpt.plan(rewritten)
+    assert info["num_stages"] >= hf_style.Config().num_layers, info["labels"]
+    assert info["predicted_peak"] <= info["memory_limit"] < info["unconstrained_peak"]
+    # One capture serves every length (export made them dynamic); each length got its own plan.
+    assert len({tuple(v["input_shapes"][0]) for v in info["variants"]}) == len(set(LENGTHS))
+
+
+def test_output_types_and_keyword_arguments_are_the_models():
+    model = hf_style.make("causal_lm")
+    rewritten = jitckpt.checkpoint(hf_style.make("causal_lm"), memory_limit=0.6, profile_repeats=1)
+    kwargs = hf_style.batch("causal_lm", 16)
+    for call in ({"output_hidden_states": True}, {}, {"labels": None}):
+        torch.manual_seed(0)
+        expected = model(**{**kwargs, **call})
+        torch.manual_seed(0)
+        got = rewritten(**{**kwargs, **call})
+        assert type(got) is type(expected)
+        for field in ("loss", "logits", "hidden_states"):
+            a, b = getattr(expected, field), getattr(got, field)
+            assert (a is None) == (b is None), field
+            if a is not None:
+                assert all(torch.equal(x, y) for x, y in zip(
+                    a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,))), field
+
+
+def test_frozen_layers_and_an_adapter_train_bit_for_bit():
+    """Fine-tuning: the backbone frozen but its last layer, and a low-rank adapter on the head."""
+
+    class Adapted(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.base = hf_style.make("classifier")
+            for p in self.base.model.parameters():
+                p.requires_grad_(False)
+            for p in self.base.model.layers[-1].parameters():
+                p.requires_grad_(True)
+            self.down = torch.nn.Linear(32, 4, bias=False)
+            self.up = torch.nn.Linear(4, 3, bias=False)
+
+        def forward(self, **kwargs: Any) -> hf_style.ModelOutput:
+            labels = kwargs.pop("labels")
+            x, _ = self.base.model(kwargs["input_ids"], attention_mask=kwargs["attention_mask"])
+            logits = self.base.classifier(x.mean(1)) + self.up(self.down(x.mean(1)))
+            return hf_style.ModelOutput(loss=torch.nn.functional.cross_entropy(logits, labels), logits=logits)
+
+    batches = hf_batches("classifier")
+    reference = adamw_steps(Adapted(), batches)
+    assert_same(reference, adamw_steps(Adapted(), batches), "adapter: eager twice")
+    assert_same(reference, adamw_steps(jitckpt.checkpoint(Adapted(), memory_limit="min", profile_repeats=1),
+                                       batches), "adapter through jitckpt")
+
+
+def test_example_inputs_plan_now_and_no_grad_calls_run_the_model():
+    family = families.FAMILIES["llama"]("test")
+    model = jitckpt.checkpoint(family.eager(0), family.inputs, memory_limit="min", profile_repeats=1)
+    assert "schedule" in jitckpt.plan(model)
+    unplanned = jitckpt.checkpoint(family.eager(0), memory_limit="min")
+    with pytest.raises(ValueError, match="not been captured yet"):
+        jitckpt.plan(unplanned)
+    with torch.no_grad():
+        assert torch.equal(unplanned(*family.inputs), family.eager(0)(*family.inputs))
+    assert unplanned.rewritten is None, "a no-grad call captured"
+    assert jitckpt.strip(unplanned) is unplanned.module
+
+
+def test_eval_mode_and_another_dtype_capture_again():
+    family = families.FAMILIES["gpt_mask_input"]("test")
+    reference, model = family.eager(0), jitckpt.checkpoint(family.eager(0), memory_limit=0.7, profile_repeats=1)
+    for mode in ("eval", "train", "eval"):
+        getattr(reference, mode)(), getattr(model, mode)()
+        torch.manual_seed(0)
+        expected = reference(*family.inputs)
+        torch.manual_seed(0)
+        assert torch.equal(model(*family.inputs), expected), mode
+    assert len(model._captures) == 2  # a capture per training flag, the second eval call reused
+
+
+def test_models_export_cannot_capture_fall_back_to_torchscript_or_say_why():
+    class DataDependent(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers:
+                x = torch.relu(layer(x))
+                if bool(x.sum() > 0):  # a branch on data: export cannot capture it
+                    x = x * 2
+            return x
+
+    x = torch.randn(4, 8)
+    with pytest.raises(capture.CaptureError, match=r"could not capture DataDependent with torch.export .*"
+                                                   r"data-dependent.*test_eager_modules.py"):
+        jitckpt.checkpoint(DataDependent(), memory_limit="min", front_end="export")(x)
+    torch.manual_seed(0)
+    expected = DataDependent()(x)
+    torch.manual_seed(0)
+    model = jitckpt.checkpoint(DataDependent(), memory_limit="min", profile_repeats=1)
+    with pytest.warns(UserWarning, match="trains through TorchScript instead"):
+        assert torch.equal(model(x), expected)
+    assert isinstance(model.rewritten, torch.jit.ScriptModule)
+
+    class Neither(DataDependent):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return {1: x}[len(x.shape) ** 0.5] if bool(x.sum() > 0) else x  # nor scriptable
+
+    with pytest.raises(capture.CaptureError, match="nor could it be scripted"):
+        jitckpt.checkpoint(Neither(), memory_limit="min")(x)
+    with pytest.raises(ValueError, match='front_end must be "auto", "export" or "script"'):
+        jitckpt.checkpoint(DataDependent(), front_end="trace")
+    with pytest.raises(TypeError, match="takes the eager nn.Module"):
+        jitckpt.checkpoint(torch.jit.script(DataDependent()), front_end="export")
