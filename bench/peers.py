@@ -16,8 +16,9 @@ Models: gpt and encoder (bench/transformer_bench.py's GPT and nn.TransformerEnco
                block, torchtitan's layer frequency 2), ops (outputs of matmuls, convolutions and
                attention kept, the rest recomputed), ops-half (ops with every second matmul
                recomputed too: torchtitan's op policy); ops and ops-half need PyTorch 2.4+
-  jitckpt      the scripted model under jitckpt: no limit, --limits fractions of its unconstrained
-               peak, and "min" (one profile, reused)
+  jitckpt      the scripted model under jitckpt (--front-end export: the eager model, captured
+               with torch.export): no limit, --limits fractions of its unconstrained peak, and
+               "min" (one profile, reused)
 
 Each point: two warm-up steps (the first one's seconds, with planning for jitckpt and tracing and
 compiling for compile, are its first-step time), the peak of one step above what was held before
@@ -153,8 +154,10 @@ class Comparison:
 
     def jitckpt_step(self, limit, reuse) -> TrainingStep:
         with self.autocast():  # plans for the forward's autocast dtype
-            model = jitckpt.checkpoint(self.subject.scripted(), self.subject.inputs, memory_limit=limit,
-                                       reuse_profile_of=reuse, profile_repeats=self.args.profile_repeats)
+            export = self.args.front_end == "export"
+            model = jitckpt.checkpoint(self.subject.eager() if export else self.subject.scripted(),
+                                       self.subject.inputs, memory_limit=limit, reuse_profile_of=reuse,
+                                       profile_repeats=self.args.profile_repeats, front_end=self.args.front_end)
         step = self.step_of(model)
         step.plan = jitckpt.plan(model)
         step.module = model
@@ -244,7 +247,8 @@ def write(args: argparse.Namespace, comparison: Comparison) -> None:
     rows = comparison.rows()
     summary = deepest(rows)
     print("\n".join(describe(comparison.subject.name, summary, comparison.paired)), flush=True)
-    suffix = "" if args.autocast == "none" else f"-{args.autocast}"
+    suffix = ("" if args.autocast == "none" else f"-{args.autocast}") + (
+        "-export" if args.front_end == "export" else "")
     base = os.path.join(args.out, f"{comparison.subject.name}-{args.device.split(':')[0]}{suffix}")
     os.makedirs(args.out, exist_ok=True)
     with open(base + ".csv", "w", newline="") as f:
@@ -294,6 +298,8 @@ def main() -> None:
     parser.add_argument("--compile-budgets", default="1.0,0.5,0.3,0.1,0.0")
     parser.add_argument("--sac", default="full,every2,ops,ops-half", help="selective checkpointing policies")
     parser.add_argument("--profile-repeats", type=int, default=3)
+    parser.add_argument("--front-end", default="script", choices=["script", "export"],
+                        help="jitckpt takes the scripted model, or the eager one through torch.export")
     parser.add_argument("--no-pair", dest="pair", action="store_false", help="no paired optimal points")
     parser.add_argument("--threads", type=int, default=0, help="intra-op CPU threads (0: one per core)")
     parser.add_argument("--no-onednn", action="store_true",

@@ -152,7 +152,8 @@ def checkpoint(
     carries new tensors (a stem's convolution, norm and pooling apart): finer stages, which lower
     the smallest limit where a gap's own backward bounds it, for a longer profile.
     reuse_profile_of: a module rewritten from the same model and input shapes, whose measured
-    stage costs are reused instead of profiling.
+    stage costs are reused instead of profiling (for an eager module, another eager module's
+    checkpoint made with the same example inputs).
     front_end: "auto" (default) captures an eager nn.Module with torch.export on PyTorch 2.6 and
     later and returns a CheckpointedModule (same arguments, same output types, the model's own
     parameters; it captures again for arguments of another structure, non-tensor values, dtype or
@@ -163,11 +164,15 @@ def checkpoint(
                    max_stages=max_stages, cuts=cuts, segments=segments, profile_repeats=profile_repeats,
                    verbose=verbose, progress=progress)
     if _exports(module, front_end):
-        if reuse_profile_of is not None:
-            raise ValueError("reuse_profile_of takes scripted modules; leave it out for an eager one")
+        if reuse_profile_of is not None and not isinstance(reuse_profile_of, CheckpointedModule):
+            raise ValueError("reuse_profile_of: an eager module reuses the profile of another eager module's "
+                             "checkpoint, not of a scripted one")
         _every_cut(cuts), _limit_text(memory_limit)  # refused now, not at the first call
+        if example_inputs is None and reuse_profile_of is not None:
+            raise ValueError("reuse_profile_of needs the example inputs the profile was measured on")
         wrapped = CheckpointedModule(
-            module, lambda scripted, example: _checkpoint_scripted(scripted, example, None, **options),
+            module, lambda scripted, example: _checkpoint_scripted(
+                scripted, example, None if example is None else reuse_profile_of, **options),
             fallback=None if front_end == "export" else lambda example: _checkpoint_scripted(
                 _script(module), example, None, **options))
         if example_inputs is not None:

@@ -190,10 +190,38 @@ def _state_tensor(module: torch.nn.Module, program: Any, spec: Any) -> torch.Ten
     raise CaptureError(f"jitckpt cannot yet run a captured graph with a {kind.lower()} input ({spec.target})")
 
 
+def _refuse_nested_graphs(program: Any) -> None:
+    """Export records `with torch.no_grad()` / `torch.autocast` blocks and control flow operators
+    as calls of nested graphs, which TorchScript's IR has no form for."""
+    for node in program.graph_module.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
+            what = {"wrap_with_set_grad_enabled": "a torch.no_grad() or torch.enable_grad() block",
+                    "wrap_with_autocast": "a torch.autocast block"}.get(node.target.name(), node.target.name())
+            where = _user_line(program.graph_module, node)
+            raise CaptureError(f"jitckpt cannot run {what} inside forward as captured by torch.export"
+                               + (f" ({where})" if where else "") + "; move it out of forward")
+
+
+def _user_line(graph_module: torch.fx.GraphModule, node: Any) -> str:
+    """The model's line that made `node`, or the first one its nested graphs record."""
+    traces = [node.meta.get("stack_trace")]
+    for argument in node.args:
+        if isinstance(argument, torch.fx.Node) and argument.op == "get_attr":
+            nested = getattr(graph_module, argument.target, None)
+            if isinstance(nested, torch.fx.GraphModule):
+                traces += [n.meta.get("stack_trace") for n in nested.graph.nodes]
+    for trace in traces:
+        lines = [line.strip() for line in (trace or "").strip().splitlines()]
+        if len(lines) >= 2:
+            return f"{lines[-2]}: {lines[-1]}"
+    return ""
+
+
 def _scriptable(program: Any, module: torch.nn.Module) -> Tuple[torch.fx.GraphModule, List[int]]:
     """The exported graph with its state as attributes of a root holding the user's tensors, its
     non-tensor inputs that nothing reads dropped, and plain ATen op packets TorchScript resolves.
     Returns it and the indices, among the user's flat leaves, of the inputs it keeps."""
+    _refuse_nested_graphs(program)
     graph = copy.deepcopy(program.graph_module.graph)
     root = torch.nn.Module()
     taken: set = set()

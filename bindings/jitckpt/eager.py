@@ -66,10 +66,10 @@ class CheckpointedModule(torch.nn.Module):
         assert self._fallback is not None
         try:
             self._scripted = self._fallback(example_inputs)
-        except TypeError as script_error:
+        except (TypeError, RuntimeError) as script_error:
             lines = str(script_error).strip().splitlines()
             raise capturing.CaptureError(
-                f"{error}; nor could it be scripted ({lines[0] if lines else type(script_error).__name__})"
+                f"{error}; and TorchScript could not take it either ({lines[0] if lines else type(script_error).__name__})"
             ) from script_error
         warnings.warn(f"{error}; {type(self.module).__name__} trains through TorchScript instead", stacklevel=3)
 

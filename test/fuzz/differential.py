@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from families import caller_held_bytes, cpu_autocast_casts_to, tensors_of  # noqa: E402
 
 DEVICE = "cpu"  # or "cuda" (fuzz.py --device): models, inputs and autocast there
+FRONT_END = "script"  # or "export" (fuzz.py --front-end): jitckpt takes the eager model, the reference too
 STEPS = 2
 MICRO_BATCHES = 2
 RECHECKS = 4  # more runs of the reference before a difference is called a failure
@@ -137,6 +138,7 @@ Record = Tuple[List[torch.Tensor], Dict[str, Optional[torch.Tensor]], Dict[str, 
 def train(model: torch.nn.Module, batches: List[Tuple], autocast: Optional[torch.dtype]) -> List[Record]:
     """STEPS AdamW steps of MICRO_BATCHES each with clipping: outputs, gradients (after clipping),
     then parameters and buffers after each step."""
+    named = model.module if isinstance(model, jitckpt.CheckpointedModule) else model  # the model's own names
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     records = []
     for step in range(STEPS):
@@ -151,10 +153,10 @@ def train(model: torch.nn.Module, batches: List[Tuple], autocast: Optional[torch
                 loss.backward()
             outputs += [t.detach().clone() for t in tensors_of(output)]
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        grads = {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
+        grads = {n: None if p.grad is None else p.grad.clone() for n, p in named.named_parameters()}
         optimizer.step()
-        state = {n: p.detach().clone() for n, p in model.named_parameters()}
-        state.update({"buffer " + n: b.clone() for n, b in model.named_buffers()})
+        state = {n: p.detach().clone() for n, p in named.named_parameters()}
+        state.update({"buffer " + n: b.clone() for n, b in named.named_buffers()})
         records.append((outputs, grads, state))
     return records
 
@@ -203,17 +205,17 @@ def random_schedule(stages: int, rng: random.Random, runs_once: Sequence[int] = 
     return " ".join(ops)
 
 
-def _checkpoint(script, example, config: Config, rng: random.Random) -> torch.jit.ScriptModule:
+def _checkpoint(fresh, example, config: Config, rng: random.Random) -> torch.jit.ScriptModule:
     """The model rewritten for `config`; under autocast when the config trains under it, as the
     profile must see the casts."""
     with autocast_on_device(autocast_to(config)), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # deferred planning, replans
-        options: Dict[str, Any] = dict(profile_repeats=1, cuts=config.cuts)
+        options: Dict[str, Any] = dict(profile_repeats=1, cuts=config.cuts, front_end=FRONT_END)
         limit: Any = {"none": None, "min": "min"}.get(config.limit)
         if config.limit == "between" and config.deferred:
             limit = rng.uniform(0.3, 1.0)  # a fraction: the peak is not known before the call
         elif config.limit == "between" or config.strategy == "given":
-            probe = jitckpt.checkpoint(script(), example, memory_limit="min", **options)
+            probe = jitckpt.checkpoint(fresh(), example, memory_limit="min", **options)
             if example is not None:
                 options["reuse_profile_of"] = probe
             if config.strategy == "given":  # the stages are known before planning
@@ -226,7 +228,7 @@ def _checkpoint(script, example, config: Config, rng: random.Random) -> torch.ji
                 limit = rng.randint(info["memory_limit"], max(info["memory_limit"], info["unconstrained_peak"]))
         if config.strategy in ("periodic", "revolve"):
             options["strategy"] = config.strategy
-        return jitckpt.checkpoint(script(), example, memory_limit=limit, **options)
+        return jitckpt.checkpoint(fresh(), example, memory_limit=limit, **options)
 
 
 def step_peak(model, batch, autocast: Optional[torch.dtype]) -> Tuple[int, int]:
@@ -262,22 +264,26 @@ def check(spec: generate.Spec, config: Config, directory: str) -> Outcome:
     batches = [tuple(t.to(DEVICE) for t in module.make_inputs(generator))
                for _ in range(STEPS * MICRO_BATCHES)]
 
-    def script() -> torch.jit.ScriptModule:  # copies of the eager module: 1.13's copies of scripted ones are not leaves
-        return torch.jit.script(copy.deepcopy(eager))
+    def fresh() -> torch.nn.Module:  # copies of the eager module: 1.13's copies of scripted ones are not leaves
+        return copy.deepcopy(eager) if FRONT_END == "export" else torch.jit.script(copy.deepcopy(eager))
 
     try:
-        reference = train(script(), batches, autocast_to(config))
+        reference = train(fresh(), batches, autocast_to(config))
     except RuntimeError as e:
         return Outcome("unsupported", f"the unmodified model does not train: {str(e).strip().splitlines()[-1]}")
-    twice = difference(reference, train(script(), batches, autocast_to(config)))
+    twice = difference(reference, train(fresh(), batches, autocast_to(config)))
     if twice is not None:
         return Outcome("nondeterministic", twice)
     rng = random.Random(config.seed)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            model = _checkpoint(script, None if config.deferred else batches[0], config, rng)
+            # (an eager module has no stages before it is captured: a schedule of one's own needs inputs)
+            deferred = config.deferred and not (FRONT_END == "export" and config.strategy == "given")
+            model = _checkpoint(fresh, None if deferred else batches[0], config, rng)
             ours = train(model, batches, autocast_to(config))
+    except jitckpt.capture.CaptureError as e:  # what export or jitckpt cannot capture, said as such
+        return Outcome("refused", str(e).strip().splitlines()[0][:300])
     except RuntimeError as e:
         text = str(e).strip()
         if any(r in text for r in REFUSALS):
@@ -296,13 +302,13 @@ def check(spec: generate.Spec, config: Config, directory: str) -> Outcome:
         # Two equal runs do not prove a reference deterministic (2.6's oneDNN kernels differ now
         # and then): a difference counts only where more runs of the reference all agree.
         for _ in range(RECHECKS):
-            again = difference(reference, train(script(), batches, autocast_to(config)))
+            again = difference(reference, train(fresh(), batches, autocast_to(config)))
             if again is not None:
                 return Outcome("nondeterministic", f"{again} (found rechecking: {what})", stages)
         return Outcome("fail", what, stages)
     if info.get("memory_limit") is not None and config.strategy != "given":
         peak, loss_bytes = step_peak(model, batches[0], autocast_to(config))
-        peak += caller_held_bytes(model, batches[0])  # counted in the limit, allocated before the step
+        peak += caller_held_bytes(model.rewritten if FRONT_END == "export" else model, batches[0])  # counted in the limit, allocated before the step
         factor, extra = config.peak_slack or PEAK_SLACK
         if peak > info["memory_limit"] * factor + extra + loss_bytes:
             return Outcome("fail", f"step peak {peak} bytes over the limit {info['memory_limit']} "

@@ -23,6 +23,8 @@ import traceback
 
 import torch
 
+import jitckpt
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import differential  # noqa: E402
@@ -138,6 +140,9 @@ def replay(args) -> int:
     return 1 if failures else 0
 
 
+SKIPPED = 77  # ctest's SKIP_RETURN_CODE
+
+
 def peak_slack(text: str):
     factor, extra = text.split(":")
     return float(factor), int(extra)
@@ -157,6 +162,8 @@ def main() -> int:
                         help="how far a step peak may pass the limit (default: differential.PEAK_SLACK)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="where models train (cuda: deterministic algorithms asked for)")
+    parser.add_argument("--front-end", choices=["script", "export"], default="script",
+                        help="export: the eager models through torch.export (PyTorch 2.6 on), against eager")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: ctest runs shards side by side)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -164,6 +171,10 @@ def main() -> int:
     # the unmodified model would be nondeterministic, or look deterministic twice and then not.
     torch.backends.mkldnn.enabled = False
     differential.DEVICE = args.device
+    differential.FRONT_END = args.front_end
+    if args.front_end == "export" and not jitckpt.capture.available():
+        print(f"fuzz: --front-end export needs torch.export's training capture (PyTorch 2.6 on), not {torch.__version__}")
+        return SKIPPED
     if args.device == "cuda":  # so that most references repeat themselves (atomics otherwise)
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=True)

@@ -140,7 +140,19 @@ def test_example_inputs_plan_now_and_no_grad_calls_run_the_model():
     assert jitckpt.strip(unplanned) is unplanned.module
 
 
-def test_eval_mode_and_another_dtype_capture_again():
+def test_an_eager_modules_profile_is_reused_at_other_limits():
+    family = families.FAMILIES["llama"]("test")
+    profiled = jitckpt.checkpoint(family.eager(0), family.inputs, memory_limit=None, profile_repeats=1)
+    model = jitckpt.checkpoint(family.eager(0), family.inputs, memory_limit="min", reuse_profile_of=profiled)
+    assert jitckpt.plan(model)["costs"] == jitckpt.plan(profiled)["costs"]  # measured again, the times differ
+    assert jitckpt.plan(model)["memory_limit"] < jitckpt.plan(profiled)["memory_limit"]
+    with pytest.raises(ValueError, match="not of a scripted one"):
+        jitckpt.checkpoint(family.eager(0), family.inputs, reuse_profile_of=torch.jit.script(family.eager(0)))
+    with pytest.raises(ValueError, match="needs the example inputs"):
+        jitckpt.checkpoint(family.eager(0), reuse_profile_of=profiled)
+
+
+def test_eval_mode_captures_again():
     family = families.FAMILIES["gpt_mask_input"]("test")
     reference, model = family.eager(0), jitckpt.checkpoint(family.eager(0), memory_limit=0.7, profile_repeats=1)
     for mode in ("eval", "train", "eval"):
@@ -181,8 +193,18 @@ def test_models_export_cannot_capture_fall_back_to_torchscript_or_say_why():
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return {1: x}[len(x.shape) ** 0.5] if bool(x.sum() > 0) else x  # nor scriptable
 
-    with pytest.raises(capture.CaptureError, match="nor could it be scripted"):
+    with pytest.raises(capture.CaptureError, match="TorchScript could not take it either"):
         jitckpt.checkpoint(Neither(), memory_limit="min")(x)
+
+    class NoGradBlock(DataDependent):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch.no_grad():  # export records it as a nested graph; TorchScript refuses with blocks
+                scale = x.abs().amax()
+            return self.layers[1](self.layers[0](x)) / scale
+
+    with pytest.raises(capture.CaptureError, match=r"cannot run a torch.no_grad\(\) or torch.enable_grad\(\) "
+                                                   r"block inside forward .*test_eager_modules.py.*either"):
+        jitckpt.checkpoint(NoGradBlock(), memory_limit="min")(x)
     with pytest.raises(ValueError, match='front_end must be "auto", "export" or "script"'):
         jitckpt.checkpoint(DataDependent(), front_end="trace")
     with pytest.raises(TypeError, match="takes the eager nn.Module"):
