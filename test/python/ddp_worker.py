@@ -34,15 +34,23 @@ CASES = {
     "two_input/find_unused_parameters": (lambda: families.two_input("test"), {"find_unused_parameters": True}),
     "two_input/static_graph": (lambda: families.two_input("test"), {"static_graph": True}),
 }
+# The same around eager modules through torch.export (PyTorch 2.6 on), against DDP around the
+# eager model.
+EAGER_CASES = {
+    "tied_blocks/eager/find_unused_parameters": (tied_family, {"find_unused_parameters": True}),
+    "two_input/eager/default": (lambda: families.two_input("test"), {}),
+} if jitckpt.capture.available() else {}
 STEPS = 2
 
 
-def rewrite(family: families.Family) -> torch.jit.ScriptModule:
+def rewrite(family: families.Family, eager: bool) -> torch.nn.Module:
+    if eager:
+        return jitckpt.checkpoint(family.eager(0), family.inputs, memory_limit="min", profile_repeats=1)
     profiled = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=None, profile_repeats=1)
     return at_smallest_limit(family.make, family.inputs, profiled)
 
 
-def train(module: torch.jit.ScriptModule, family: families.Family, rank: int, options: dict):
+def train(module: torch.nn.Module, family: families.Family, rank: int, options: dict):
     """Gradients and parameters after each step; each rank sees its own batch."""
     ddp = DistributedDataParallel(module, **options)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
@@ -55,9 +63,10 @@ def train(module: torch.jit.ScriptModule, family: families.Family, rank: int, op
         optimizer.zero_grad(set_to_none=True)
         with torch.jit.optimized_execution(False):
             family.loss(ddp(*inputs)).backward()
-        records.append({n: None if p.grad is None else p.grad.clone() for n, p in module.named_parameters()})
+        named = module.module if isinstance(module, jitckpt.CheckpointedModule) else module
+        records.append({n: None if p.grad is None else p.grad.clone() for n, p in named.named_parameters()})
         optimizer.step()
-        records.append({n: p.detach().clone() for n, p in module.named_parameters()})
+        records.append({n: p.detach().clone() for n, p in named.named_parameters()})
     return records
 
 
@@ -78,11 +87,12 @@ def worker(rank: int, store: str, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     results = {}
-    for key, (make_family, options) in CASES.items():
+    for key, (make_family, options) in {**CASES, **EAGER_CASES}.items():
         family = make_family()
+        eager = key in EAGER_CASES
         try:
-            reference = train(family.make(0), family, rank, options)
-            ours = train(rewrite(family), family, rank, options)
+            reference = train(family.eager(0) if eager else family.make(0), family, rank, options)
+            ours = train(rewrite(family, eager), family, rank, options)
             results[key] = compare(reference, ours)
         except Exception as error:  # reported, so that the test names the configuration
             results[key] = f"error: {str(error).strip().splitlines()[0]}"

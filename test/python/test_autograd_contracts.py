@@ -48,10 +48,13 @@ def tied_family(with_unused: bool = True) -> families.Family:
     g = torch.Generator().manual_seed(7)
     inputs = (torch.randint(0, 13, (4, 6), generator=g), torch.rand(4, 6, 1, generator=g) + 0.5)
 
-    def make(seed: int = 0) -> torch.jit.ScriptModule:
+    def eager(seed: int = 0) -> torch.nn.Module:
         torch.manual_seed(seed)
-        return torch.jit.script(TiedBlocks(with_unused=with_unused).train())
-    return families.Family("tied_blocks", make, inputs, 5)
+        return TiedBlocks(with_unused=with_unused).train()
+
+    def make(seed: int = 0) -> torch.jit.ScriptModule:
+        return torch.jit.script(eager(seed))
+    return families.Family("tied_blocks", make, inputs, 5, eager=eager)
 
 
 FAMILY_MAKERS: List[Callable[[], families.Family]] = [
