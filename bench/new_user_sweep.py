@@ -4,7 +4,8 @@ and trained as people train (AdamW, two micro-batches of gradient accumulation, 
 two optimizer steps), in float32 or under torch.autocast, against the unmodified model: outputs,
 gradients, parameters and buffers bit for bit, and one step's measured peak against the limit.
 Limits: "min", halfway between it and the unconstrained peak ("mid", in bytes), and none; each
-planned from example inputs and at the first training call. The unmodified model is trained twice
+planned from example inputs and at the first training call (--front-end export: each model as an
+eager module through torch.export, against the eager model). The unmodified model is trained twice
 first: where it does not repeat itself, or does not run (PyTorch's own errors), the model is
 skipped and says why.
 
@@ -35,6 +36,9 @@ import families  # noqa: E402
 from moe_dit_speech import ARCHITECTURES  # noqa: E402
 
 
+FRONT_END = "script"  # --front-end
+
+
 class Subject:
     def __init__(self, name: str, batch: int, image: int) -> None:
         self.name = name
@@ -61,6 +65,13 @@ class Subject:
             warnings.simplefilter("ignore")
             return torch.jit.script(self.build().train())
 
+    def fresh(self) -> torch.nn.Module:
+        """The model as jitckpt takes it, and as the reference trains: eager with --front-end export."""
+        if FRONT_END == "export":
+            torch.manual_seed(0)
+            return self.build().train()
+        return self.scripted()
+
 
 def first(output):
     """The tensor a loss reads: scripted Inception and GoogLeNet return a tuple."""
@@ -73,6 +84,7 @@ def autocast(dtype: Optional[torch.dtype]):
 
 def train(model, subject: Subject, dtype: Optional[torch.dtype], steps: int = 2) -> List[Any]:
     """Outputs, gradients after clipping, then parameters and buffers after the last step."""
+    named = model.module if isinstance(model, jitckpt.CheckpointedModule) else model  # the model's names
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     record: List[Any] = []
     for step in range(steps):
@@ -87,10 +99,10 @@ def train(model, subject: Subject, dtype: Optional[torch.dtype], steps: int = 2)
                 loss.backward()
             record.append(first(output).detach().clone())
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        record.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        record.append({n: p.grad.clone() for n, p in named.named_parameters() if p.grad is not None})
         optimizer.step()
-    record.append({n: p.detach().clone() for n, p in model.named_parameters()})
-    record.append({n: b.clone() for n, b in model.named_buffers()})
+    record.append({n: p.detach().clone() for n, p in named.named_parameters()})
+    record.append({n: b.clone() for n, b in named.named_buffers()})
     return record
 
 
@@ -121,21 +133,22 @@ def step_peak(model, subject: Subject, dtype: Optional[torch.dtype]) -> int:
                                if t.is_floating_point())
                 loss.backward()
         del output, loss
-    return memory.peak + families.caller_held_bytes(model, inputs)
+    rewritten = model.rewritten if isinstance(model, jitckpt.CheckpointedModule) else model
+    return memory.peak + families.caller_held_bytes(rewritten, inputs)
 
 
 def planned(subject: Subject, dtype, limit, deferred: bool, **options) -> torch.jit.ScriptModule:
     with warnings.catch_warnings(), autocast(dtype):
         warnings.simplefilter("ignore")
-        return jitckpt.checkpoint(subject.scripted(), None if deferred else subject.batches[0],
-                                  memory_limit=limit, profile_repeats=1, **options)
+        return jitckpt.checkpoint(subject.fresh(), None if deferred else subject.batches[0],
+                                  memory_limit=limit, profile_repeats=1, front_end=FRONT_END, **options)
 
 
 def sweep(subject: Subject, dtype: Optional[torch.dtype], limits: List[str], report: Callable) -> None:
     precision = str(dtype).replace("torch.", "") if dtype else "float32"
     try:
-        reference = train(subject.scripted(), subject, dtype)
-        again = train(subject.scripted(), subject, dtype)
+        reference = train(subject.fresh(), subject, dtype)
+        again = train(subject.fresh(), subject, dtype)
     except RuntimeError as error:
         report(subject.name, precision, skipped=f"the unmodified model fails: {str(error).splitlines()[-1]}")
         return
@@ -157,7 +170,8 @@ def sweep(subject: Subject, dtype: Optional[torch.dtype], limits: List[str], rep
             except RuntimeError as error:
                 report(subject.name, precision, limit=name, how=how, error=str(error).splitlines()[-1][:300])
                 continue
-            report(subject.name, precision, limit=name, how=how, stages=info["num_stages"],
+            report(subject.name, precision, limit=name, how=how, front_end=getattr(model, "front_end", "script"),
+                   stages=info["num_stages"],
                    difference=difference(reference, record), peak=peak, memory_limit=info["memory_limit"],
                    smallest_fraction=low / top)
 
@@ -173,8 +187,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--onednn", choices=["on", "off"], default="on",
                         help="off as the suite runs 2.x: Debian's 2.6 oneDNN (docs/troubleshooting.md)")
+    parser.add_argument("--front-end", default="script", choices=["script", "export"],
+                        help="export: the eager model through torch.export (2.6 on), against eager")
     parser.add_argument("--out", help="JSON of every check")
     args = parser.parse_args()
+    global FRONT_END
+    FRONT_END = args.front_end
     threads = use_threads(args.threads)
     torch.backends.mkldnn.enabled = args.onednn == "on"
     rows: List[Dict[str, Any]] = []
@@ -187,7 +205,7 @@ def main() -> None:
             print(f"{model} {precision} {row['limit']} {row['how']}: ERROR {row['error']}", flush=True)
         else:
             verdict = "EXACT" if not row["difference"] else f"DIFF {row['difference']}"
-            print(f"{model} {precision} {row['limit']} {row['how']}: {row['stages']} stages {verdict} "
+            print(f"{model} {precision} {row['limit']} {row['how']} ({row['front_end']}): {row['stages']} stages {verdict} "
                   f"peak/limit {row['peak'] / row['memory_limit']:.4f} ({row['peak'] - row['memory_limit']:+d} B)",
                   flush=True)
 

@@ -47,6 +47,11 @@ class CheckpointedModule(torch.nn.Module):
             return self._scripted
         return self._captures[0][1] if self._captures else None
 
+    @property
+    def front_end(self) -> str:
+        """"export", or "script" once the model trains through TorchScript instead."""
+        return "script" if self._scripted is not None else "export"
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():
             return self.module(*args, **kwargs)

@@ -187,7 +187,7 @@ def test_models_export_cannot_capture_fall_back_to_torchscript_or_say_why():
     model = jitckpt.checkpoint(DataDependent(), memory_limit="min", profile_repeats=1)
     with pytest.warns(UserWarning, match="trains through TorchScript instead"):
         assert torch.equal(model(x), expected)
-    assert isinstance(model.rewritten, torch.jit.ScriptModule)
+    assert isinstance(model.rewritten, torch.jit.ScriptModule) and model.front_end == "script"
 
     class Neither(DataDependent):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
