@@ -140,6 +140,25 @@ def test_example_inputs_plan_now_and_no_grad_calls_run_the_model():
     assert jitckpt.strip(unplanned) is unplanned.module
 
 
+def test_state_dict_is_the_models_and_loads_into_a_captured_module():
+    kwargs = hf_style.batch("causal_lm", 16)
+    trained = jitckpt.checkpoint(hf_style.make("causal_lm", seed=0), memory_limit=0.6, profile_repeats=1)
+    trained(**kwargs).loss.backward()
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.sub_(0.1 * p.grad)
+    state = trained.state_dict()
+    assert list(state) == ["module." + name for name in trained.module.state_dict()]
+    other = jitckpt.checkpoint(hf_style.make("causal_lm", seed=1), memory_limit=0.6, profile_repeats=1)
+    other(**kwargs).loss.backward()  # captured and planned before the load
+    other.load_state_dict(state)
+    for seed in range(2):
+        torch.manual_seed(seed)
+        expected = trained(**kwargs)
+        torch.manual_seed(seed)
+        assert torch.equal(other(**kwargs).logits, expected.logits), "the capture kept the old weights"
+
+
 def test_an_eager_modules_profile_is_reused_at_other_limits():
     family = families.FAMILIES["llama"]("test")
     profiled = jitckpt.checkpoint(family.eager(0), family.inputs, memory_limit=None, profile_repeats=1)
