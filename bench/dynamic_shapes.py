@@ -1,7 +1,8 @@
 """Training on batches of varying length, as fine-tuning with dynamic padding does: a Llama-style
 decoder (d 256, 8 heads, 6 blocks, vocabulary 512; test/models/families.py, size "bench"),
 scripted, rewritten without example inputs, and trained with AdamW and clipping beside the
-unmodified model, step by step on the same batches. Each step's gradients are compared bit for
+unmodified model, step by step on the same batches (--front-end export: the eager model through
+torch.export, beside the eager model). Each step's gradients are compared bit for
 bit, its measured peak against the limit of the plan it ran, and both steps are timed.
 
     PYTHONPATH=build/python:bench /usr/bin/python3 bench/dynamic_shapes.py --limit 0.7 \\
@@ -83,9 +84,11 @@ def plan_for(model: torch.jit.ScriptModule, shape: torch.Size) -> Dict:
 
 def run(args: argparse.Namespace, loop: str) -> Dict:
     family = families.llama("bench")
-    vocab = family.make(0).embed.weight.shape[0]
-    plain = Trainer(family.make(0), args.optimized_execution)
-    rewritten = Trainer(jitckpt.checkpoint(family.make(0), memory_limit=args.limit), args.optimized_execution)
+    vocab = family.eager(0).embed.weight.shape[0]
+    export = args.front_end == "export"  # the eager model, as jitckpt takes it and as the reference
+    plain = Trainer(family.eager(0) if export else family.make(0), args.optimized_execution)
+    rewritten = Trainer(jitckpt.checkpoint(family.eager(0) if export else family.make(0), memory_limit=args.limit,
+                                           front_end=args.front_end), args.optimized_execution)
     seen, rows = set(), []
     generator = torch.Generator().manual_seed(args.seed)
     for i, shape in enumerate(batches(loop, args.steps, args.batch, args.seed)):
@@ -99,7 +102,7 @@ def run(args: argparse.Namespace, loop: str) -> Dict:
             return {"loop": loop, "rows": rows, "error": {"step": i, "shape": list(shape), "message": str(error)},
                     "summary": summarize(rows)}
         info = plan_for(rewritten.model, shape)
-        held = families.caller_held_bytes(rewritten.model, (tokens,))
+        held = families.caller_held_bytes(rewritten.model.rewritten if export else rewritten.model, (tokens,))
         logits = torch.zeros(*shape, vocab)  # the output's size: what the loss holds beside it
         loss_bytes = families.loss_held_bytes(logits, lambda o: loss_fn(o, targets))
         row = {"step": i, "shape": list(shape), "new_shape": tuple(shape) not in seen,
@@ -138,6 +141,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--optimized-execution", action="store_true")
+    parser.add_argument("--front-end", default="script", choices=["script", "export"],
+                        help="export: the eager model through torch.export (2.6 on), against the eager model")
     parser.add_argument("--out")
     args = parser.parse_args()
     args.limit = float(args.limit) if args.limit.replace(".", "", 1).isdigit() else args.limit

@@ -246,9 +246,21 @@ def partition(module: torch.jit.ScriptModule, example_inputs: Sequence[Any] = ()
               max_stages: int = 0, cuts: str = "cheapest") -> Dict[str, Any]:
     """How checkpoint() would cut `module` into stages: labels, lifted values (parameters,
     buffers, side tensors such as masks), the bytes each boundary carries on `example_inputs`
-    (tensor counts without them), and the text form with the reasons for single-stage chains."""
+    (tensor counts without them), and the text form with the reasons for single-stage chains.
+    A plain nn.Module with example inputs on PyTorch 2.6 and later is captured as checkpoint()
+    captures it."""
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
+    if isinstance(module, CheckpointedModule):
+        module = module.module
+    if _exports(module, "auto") and example_inputs:  # the stages checkpoint() would cut in the capture
+        try:
+            captured = capturing.capture(module, tuple(example_inputs), {})
+            flat = capturing.flatten(tuple(example_inputs), {})[0]
+            return _C.partition(captured.scripted._c, tuple(capturing.arguments(captured, flat)), max_stages,
+                                every_cut=_every_cut(cuts))
+        except capturing.CaptureError:
+            pass  # as checkpoint() does: TorchScript where it can take the model
     scripted = _script(module)
     if _C.is_rewritten(scripted._c):
         raise ValueError("this module was already rewritten by jitckpt: jitckpt.plan(module) shows its stages, "

@@ -131,6 +131,7 @@ def test_example_inputs_plan_now_and_no_grad_calls_run_the_model():
     family = families.FAMILIES["llama"]("test")
     model = jitckpt.checkpoint(family.eager(0), family.inputs, memory_limit="min", profile_repeats=1)
     assert "schedule" in jitckpt.plan(model)
+    assert jitckpt.partition(family.eager(0), family.inputs)["labels"] == jitckpt.plan(model)["labels"]
     unplanned = jitckpt.checkpoint(family.eager(0), memory_limit="min")
     with pytest.raises(ValueError, match="not been captured yet"):
         jitckpt.plan(unplanned)
