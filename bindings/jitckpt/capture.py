@@ -135,21 +135,14 @@ def _shape_logs_quiet() -> Iterator[None]:
             logger.setLevel(level)
 
 
-def _export(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
-    """The training graph with every size dynamic where export manages; else (data-dependent size
-    checks, size arithmetic export cannot bound) with the sizes of this call."""
+def _export(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], dynamic: bool) -> Any:
+    """The training graph, with every size dynamic where export manages it, or with this call's."""
     leaves = flatten(args, kwargs)[0]
-    with warnings.catch_warnings():
+    shapes = _dynamic_shapes(module, args, kwargs) if dynamic else None
+    with warnings.catch_warnings(), _attributes_kept(leaves), _shape_logs_quiet():
         warnings.filterwarnings("ignore", message=r"`torch\.utils\._pytree\._register_pytree_node` is deprecated")
         try:
-            with _attributes_kept(leaves), _shape_logs_quiet():
-                return torch.export.export(module, tuple(args), dict(kwargs), strict=False,
-                                           dynamic_shapes=_dynamic_shapes(module, args, kwargs))
-        except Exception:  # noqa: BLE001 (tried again with static sizes, whose error is reported)
-            pass
-        try:
-            with _attributes_kept(leaves), _shape_logs_quiet():
-                return torch.export.export(module, tuple(args), dict(kwargs), strict=False)
+            return torch.export.export(module, tuple(args), dict(kwargs), strict=False, dynamic_shapes=shapes)
         except Exception as error:  # export's message names the construct and the line
             raise CaptureError(
                 f"jitckpt could not capture {type(module).__name__} with torch.export ({_export_error(error)}); "
@@ -263,19 +256,18 @@ def _scriptable(program: Any, module: torch.nn.Module) -> Tuple[torch.fx.GraphMo
 
 
 def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Capture:
-    program = _export(module, args, kwargs)
-    graph_module, passed = _scriptable(program, module)
-    try:
-        with quiet_torchscript(), warnings.catch_warnings():
-            # (GraphModule's own __init__ annotations: TorchScript's note about them is not the user's)
-            warnings.filterwarnings("ignore", message="The TorchScript type system doesn't support instance-level")
-            scripted = torch.jit.script(graph_module)
-    except Exception as error:
-        text = str(error).strip()
-        raise CaptureError(
-            f"jitckpt captured {type(module).__name__} but could not compile its graph "
-            f"({text.splitlines()[0] if text else type(error).__name__}); please report it"
-        ) from error
+    """Sizes dynamic first; where export cannot bound them (data-dependent size checks, size
+    arithmetic) or the graph needs what TorchScript lacks (sizes turned into floats), this call's
+    sizes. A failure of the second try is the one reported."""
+    for dynamic in (True, False):
+        try:
+            program = _export(module, args, kwargs, dynamic)
+            graph_module, passed = _scriptable(program, module)
+            scripted = _script(graph_module, type(module).__name__)
+            break
+        except CaptureError:
+            if not dynamic:
+                raise
     flat, spec = flatten(args, kwargs)
     tensors = [x for x in flat if isinstance(x, torch.Tensor)]
     values = [n.meta.get("val") for n in program.graph_module.graph.nodes if n.op == "placeholder"]
@@ -288,6 +280,20 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
         passed=passed, sizes=sizes, ranges=ranges, tensor_types=[(t.dtype, t.device) for t in tensors],
         training=training_flags(module), out_spec=program.call_spec.out_spec,
     )
+
+
+def _script(graph_module: torch.fx.GraphModule, name: str) -> torch.jit.ScriptModule:
+    try:
+        with quiet_torchscript(), warnings.catch_warnings():
+            # (GraphModule's own __init__ annotations: TorchScript's note about them is not the user's)
+            warnings.filterwarnings("ignore", message="The TorchScript type system doesn't support instance-level")
+            return torch.jit.script(graph_module)
+    except Exception as error:
+        text = str(error).strip()
+        raise CaptureError(
+            f"jitckpt captured {name} but could not compile its graph "
+            f"({text.splitlines()[0] if text else type(error).__name__}); please report it"
+        ) from error
 
 
 def outputs(capture_: Capture, result: Any) -> Any:

@@ -4,6 +4,7 @@ float32 and bfloat16 autocast, over batches of varying length, fine-tuned with f
 adapter. Each trains bit for bit like the eager model (itself trained twice first), keeps its
 output type and the model's own parameters, and errors say what to do. test_eager_zoo.py takes
 the model zoo's families."""
+import math
 import warnings
 from typing import Any, Dict, List
 
@@ -108,6 +109,49 @@ def test_measured_step_peak_within_the_limit(kind, autocast):
     peak = memory.peak + held
     assert peak <= info["memory_limit"] + loss_bytes + families.OUTSIDE_CHAIN_BYTES, \
         f"{kind}: measured peak {peak} bytes, limit {info['memory_limit']}, the loss's {loss_bytes}"
+
+
+class SizeArithmetic(torch.nn.Module):
+    """Layers between which forward computes with the sequence length, as models do."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        for layer in self.layers:
+            x = layer(x)
+            if self.kind == "arange":
+                x = x + torch.arange(t, device=x.device)[None, :, None].to(x.dtype)
+            elif self.kind == "causal_mask":
+                x = x + torch.full((t, t), float("-inf"), device=x.device).triu(1).softmax(-1) @ x
+            elif self.kind == "pad_to_4":
+                x = torch.nn.functional.pad(x, (0, 0, 0, (-t) % 4))[:, :t]
+            elif self.kind == "reshape":
+                x = x.reshape(b, t // 2, 2 * d).reshape(b, t, d)
+            elif self.kind == "sqrt_length":  # export specializes the length: a capture per length
+                x = x / math.sqrt(t)
+            elif self.kind == "float_length":  # a float of a size: TorchScript has no sym_float
+                x = x * (t ** -0.5)
+        return x
+
+
+@pytest.mark.parametrize("kind", ["arange", "causal_mask", "pad_to_4", "reshape", "sqrt_length", "float_length"])
+def test_size_arithmetic_between_layers(kind):
+    torch.manual_seed(0)
+    reference = SizeArithmetic(kind)
+    torch.manual_seed(0)
+    model = jitckpt.checkpoint(SizeArithmetic(kind), memory_limit="min", profile_repeats=1)
+    for t in (8, 12, 8):
+        x = torch.randn(2, t, 16)
+        expected, got = reference(x), model(x)
+        expected.sum().backward()
+        got.sum().backward()
+        assert torch.equal(expected, got), (kind, t)
+        assert all(torch.equal(p.grad, q.grad) for p, q in zip(reference.parameters(), model.parameters())), (kind, t)
+    assert model.front_end == "export" and len(model._captures) == (2 if "length" in kind else 1), kind
 
 
 def test_output_types_and_keyword_arguments_are_the_models():
