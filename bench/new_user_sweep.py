@@ -5,7 +5,8 @@ two optimizer steps), in float32 or under torch.autocast, against the unmodified
 gradients, parameters and buffers bit for bit, and one step's measured peak against the limit.
 Limits: "min", halfway between it and the unconstrained peak ("mid", in bytes), and none; each
 planned from example inputs and at the first training call (--front-end export: each model as an
-eager module through torch.export, against the eager model). The unmodified model is trained twice
+eager module through torch.export, or TorchScript where export cannot capture it, against the eager
+model). The unmodified model is trained twice
 first: where it does not repeat itself, or does not run (PyTorch's own errors), the model is
 skipped and says why.
 
@@ -141,7 +142,8 @@ def planned(subject: Subject, dtype, limit, deferred: bool, **options) -> torch.
     with warnings.catch_warnings(), autocast(dtype):
         warnings.simplefilter("ignore")
         return jitckpt.checkpoint(subject.fresh(), None if deferred else subject.batches[0],
-                                  memory_limit=limit, profile_repeats=1, front_end=FRONT_END, **options)
+                                  memory_limit=limit, profile_repeats=1,
+                                  front_end="auto" if FRONT_END == "export" else "script", **options)
 
 
 def sweep(subject: Subject, dtype: Optional[torch.dtype], limits: List[str], report: Callable) -> None:
@@ -167,7 +169,7 @@ def sweep(subject: Subject, dtype: Optional[torch.dtype], limits: List[str], rep
                 record = train(model, subject, dtype)
                 info = jitckpt.plan(model)
                 peak = step_peak(model, subject, dtype)
-            except RuntimeError as error:
+            except (RuntimeError, jitckpt.capture.CaptureError) as error:
                 report(subject.name, precision, limit=name, how=how, error=str(error).splitlines()[-1][:300])
                 continue
             report(subject.name, precision, limit=name, how=how, front_end=getattr(model, "front_end", "script"),

@@ -174,7 +174,8 @@ def checkpoint(
             module, lambda scripted, example: _checkpoint_scripted(
                 scripted, example, None if example is None else reuse_profile_of, **options),
             fallback=None if front_end == "export" else lambda example: _checkpoint_scripted(
-                _script(module), example, None, **options))
+                _script(module), example, reuse_profile_of if example is not None and getattr(
+                    reuse_profile_of, "front_end", None) == "script" else None, **options))
         if example_inputs is not None:
             wrapped.plan_now((example_inputs,) if isinstance(example_inputs, torch.Tensor) else example_inputs)
         return wrapped
