@@ -12,6 +12,8 @@ import copy
 import dataclasses
 import inspect
 import logging
+import re
+import sys
 import warnings
 from typing import Any, Dict, Iterator, List, Tuple
 
@@ -139,15 +141,38 @@ def _export(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
     """The training graph, with every size dynamic where export manages it, or with this call's."""
     leaves = flatten(args, kwargs)[0]
     shapes = _dynamic_shapes(module, args, kwargs) if dynamic else None
-    with warnings.catch_warnings(), _attributes_kept(leaves), _shape_logs_quiet():
-        warnings.filterwarnings("ignore", message=r"`torch\.utils\._pytree\._register_pytree_node` is deprecated")
-        try:
-            return torch.export.export(module, tuple(args), dict(kwargs), strict=False, dynamic_shapes=shapes)
-        except Exception as error:  # export's message names the construct and the line
-            raise CaptureError(
-                f"jitckpt could not capture {type(module).__name__} with torch.export ({_export_error(error)}); "
-                "https://pytorch.org/docs/stable/export.html says what export supports"
-            ) from error
+    registered: set = set()
+    while True:
+        with warnings.catch_warnings(), _attributes_kept(leaves), _shape_logs_quiet():
+            warnings.filterwarnings("ignore", message=r"`torch\.utils\._pytree\._register_pytree_node` is deprecated")
+            try:
+                return torch.export.export(module, tuple(args), dict(kwargs), strict=False, dynamic_shapes=shapes)
+            except Exception as error:  # export's message names the construct and the line
+                output_type = _unregistered_dataclass(error)
+                if output_type is not None and output_type not in registered:
+                    torch.export.register_dataclass(output_type)  # as transformers registers its outputs
+                    registered.add(output_type)
+                    continue
+                raise CaptureError(
+                    f"jitckpt could not capture {type(module).__name__} with torch.export ({_export_error(error)}); "
+                    "https://pytorch.org/docs/stable/export.html says what export supports"
+                ) from error
+
+
+def _unregistered_dataclass(error: Exception) -> Any:
+    """The dataclass that export met in forward's output without a pytree registration, where its
+    message names one that can be imported (not a class local to a function)."""
+    match = re.search(r"Found <class '([\w.]+)'> in output, which is not a known type", str(error))
+    if match is None:
+        return None
+    path = match.group(1).split(".")
+    for split in range(len(path) - 1, 0, -1):
+        owner = sys.modules.get(".".join(path[:split]))
+        for name in path[split:]:
+            owner = getattr(owner, name, None)
+        if owner is not None:
+            return owner if dataclasses.is_dataclass(owner) and isinstance(owner, type) else None
+    return None
 
 
 def _export_error(error: Exception) -> str:

@@ -4,9 +4,10 @@ float32 and bfloat16 autocast, over batches of varying length, fine-tuned with f
 adapter. Each trains bit for bit like the eager model (itself trained twice first), keeps its
 output type and the model's own parameters, and errors say what to do. test_eager_zoo.py takes
 the model zoo's families."""
+import dataclasses
 import math
 import warnings
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import pytest
 import torch
@@ -152,6 +153,38 @@ def test_size_arithmetic_between_layers(kind):
         assert torch.equal(expected, got), (kind, t)
         assert all(torch.equal(p.grad, q.grad) for p, q in zip(reference.parameters(), model.parameters())), (kind, t)
     assert model.front_end == "export" and len(model._captures) == (2 if "length" in kind else 1), kind
+
+
+@dataclasses.dataclass
+class UnregisteredOutput:  # a dataclass nobody registered with pytree, as users write them
+    logits: torch.Tensor
+    steps: int = 3
+    extra: Optional[torch.Tensor] = None
+
+
+class ReturnsUnregistered(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> UnregisteredOutput:
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return UnregisteredOutput(logits=x)
+
+
+def test_an_unregistered_output_dataclass_is_registered_for_export():
+    torch.manual_seed(0)
+    reference = ReturnsUnregistered()
+    torch.manual_seed(0)
+    model = jitckpt.checkpoint(ReturnsUnregistered(), memory_limit="min", profile_repeats=1, front_end="export")
+    x = torch.randn(4, 8)
+    expected, got = reference(x), model(x)
+    assert type(got) is UnregisteredOutput and got.steps == 3 and got.extra is None
+    expected.logits.sum().backward()
+    got.logits.sum().backward()
+    assert torch.equal(expected.logits, got.logits)
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(reference.parameters(), model.parameters()))
 
 
 def test_output_types_and_keyword_arguments_are_the_models():
