@@ -12,7 +12,7 @@ import jitckpt
 from jitckpt import capture
 
 import families
-from test_model_families import assert_same_training
+from test_model_families import assert_same_training, train
 
 pytestmark = pytest.mark.skipif(not capture.available(), reason="torch.export's training capture needs PyTorch 2.6")
 
@@ -22,19 +22,6 @@ def family(request) -> families.Family:
     return families.FAMILIES[request.param]("test")
 
 
-def zoo_training(model: torch.nn.Module, family: families.Family, steps: int = 2) -> List[Any]:
-    records = []
-    for seed in range(steps):
-        torch.manual_seed(seed)
-        model.zero_grad(set_to_none=True)
-        output = model(*family.inputs)
-        family.loss(output).backward()
-        records.append(([t.detach().clone() for t in families.tensors_of(output)],
-                        {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()},
-                        {n: b.clone() for n, b in model.named_buffers()}))
-    return records
-
-
 def unwrapped(records: List[Any]) -> List[Any]:
     """A CheckpointedModule's names are the model's under "module."."""
     return [(o, {n[len("module."):]: g for n, g in grads.items()}, {n[len("module."):]: b for n, b in buffers.items()})
@@ -42,12 +29,12 @@ def unwrapped(records: List[Any]) -> List[Any]:
 
 
 def test_zoo_family_as_an_eager_module_trains_bit_for_bit_within_the_limit(family):
-    reference = zoo_training(family.eager(0), family)
-    assert_same_training(family.name, reference, zoo_training(family.eager(0), family))
+    reference = train(family.eager(0), family, steps=2)
+    assert_same_training(family.name, reference, train(family.eager(0), family, steps=2))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the families export cannot capture train through TorchScript
         model = jitckpt.checkpoint(family.eager(0), memory_limit="min", profile_repeats=1)
-        assert_same_training(f"{family.name}, eager module", reference, unwrapped(zoo_training(model, family)))
+        assert_same_training(f"{family.name}, eager module", reference, unwrapped(train(model, family, steps=2)))
     info = jitckpt.plan(model)
     assert info["num_stages"] >= family.blocks, f"{family.name}: {info['num_stages']} stages"
     loss_bytes = families.loss_held_bytes(model(*family.inputs), family.loss)
