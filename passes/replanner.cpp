@@ -14,6 +14,7 @@
 #include "passes/profile.h"
 #include "passes/recut.h"
 #include "passes/solve.h"
+#include "runtime/chain_arguments.h"
 #include "runtime/replan.h"
 
 namespace jitckpt {
@@ -58,8 +59,12 @@ class ProfilingReplanner final : public Replanner {
     // else the sizes measured and the times taken from them.
     const CostSamples measured = measuredCosts(planned, stages, key);
     std::optional<solver::Costs> predicted;
-    if (!at_least) predicted = solver::predictCosts(measured.samples, measured.target);
+    const bool on_cuda = chainDevice(arguments).value_or(c10::Device(c10::kCPU)).is_cuda();
+    if (!at_least) predicted = solver::predictCosts(measured.samples, measured.target, on_cuda);
     options.time_stages = at_least || measured.samples.empty();
+    // Sizes alone, of stages that ran at other sizes before (the samples'): their graphs are past
+    // TorchScript's profiling runs, so that a first run measures what later ones hold.
+    if (!options.time_stages) options.warmup = 0;
     solver::Costs costs = predicted ? *predicted : profileStages(stages, arguments, options).costs;
     if (!predicted && !options.time_stages) solver::scaleTimes(measured.samples, costs);
     if (at_least) costs = solver::largestOf(costs, at_least->solution().costs);

@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
 
 namespace jitckpt::solver {
@@ -70,11 +71,13 @@ std::optional<int64_t> exactCount(const std::vector<int64_t>& v, const std::vect
 
 // A count that no quadratic gives but that does not grow with the size (a kernel's workspace
 // chosen by a threshold, a scalar some sizes make): the largest sampled, where the samples never
-// rise from one size to a larger one; nothing where they do.
+// rise from one size to a larger one and the target is not below them all (where such a count may
+// be larger still); nothing otherwise.
 std::optional<int64_t> boundedCount(const std::vector<int64_t>& v, const std::vector<int64_t>& y) {
   std::vector<std::pair<int64_t, int64_t>> by_size;
   for (size_t i = 0; i < y.size(); ++i) by_size.emplace_back(v[i], y[i]);
   std::sort(by_size.begin(), by_size.end());
+  if (v.back() < by_size.front().first) return std::nullopt;
   for (size_t i = 1; i < by_size.size(); ++i)
     if (by_size[i].second > by_size[i - 1].second) return std::nullopt;
   return by_size.front().second;
@@ -181,7 +184,7 @@ bool sameStructure(const std::vector<CostSample>& samples) {
 }  // namespace
 
 std::optional<Costs> predictCosts(const std::vector<CostSample>& samples,
-                                  const std::vector<int64_t>& target) {
+                                  const std::vector<int64_t>& target, bool rounded_sizes) {
   if (samples.size() < kMinSamples) return std::nullopt;
   for (const auto& s : samples)
     if (!s.costs || s.sizes.size() != target.size()) return std::nullopt;
@@ -191,9 +194,15 @@ std::optional<Costs> predictCosts(const std::vector<CostSample>& samples,
   std::vector<int64_t> sampled(v->begin(), v->end() - 1);
   std::sort(sampled.begin(), sampled.end());
   if (std::adjacent_find(sampled.begin(), sampled.end()) != sampled.end()) return std::nullopt;
-  if (v->back() < sampled.front() || v->back() > sampled.back())
-    return std::nullopt;  // no extrapolation
+  const int64_t span = sampled.back() - sampled.front();
+  if (v->back() < sampled.front() - span || v->back() > sampled.back() + span)
+    return std::nullopt;  // extrapolated at most the samples' own span
   if (std::binary_search(sampled.begin(), sampled.end(), v->back())) return std::nullopt;
+  if (rounded_sizes) {
+    int64_t step = 0;
+    for (int64_t x : sampled) step = std::gcd(step, x - sampled.front());
+    if ((v->back() - sampled.front()) % step != 0) return std::nullopt;
+  }
 
   Costs c;
   for (auto field : {&Costs::wa, &Costs::wabar, &Costs::wd, &Costs::of, &Costs::of_nograd,

@@ -5,9 +5,10 @@
 // Every size that varies must vary as one (a sequence length read in several shapes, or a batch):
 // each byte count is then, op by op, a polynomial of degree at most two in it (attention scores
 // are quadratic in the length). A byte count is predicted where one quadratic gives every sample
-// exactly, from at least kMinSamples of them, and only within the samples' range (no
-// extrapolation); a count no quadratic gives that never rises from one sampled size to a larger
-// one (a kernel's workspace chosen by a threshold) is bounded by its largest sample. Times are
+// exactly, from at least kMinSamples of them, at most the samples' span beyond their range (a
+// new length beyond the first ones costs a solve, not a profile); a count no quadratic gives that
+// never rises from one sampled size to a larger one (a kernel's workspace chosen by a threshold) is
+// bounded by its largest sample, at sizes not below the smallest sampled. Times are
 // fitted by least squares. Nothing is predicted where the structure differs between samples
 // (spans, stages that run once) or a count grows but is no quadratic (allocator blocks).
 // Torch-free.
@@ -28,8 +29,12 @@ struct CostSample {
   const Costs* costs = nullptr;
 };
 
+// rounded_sizes: the byte counts are rounded up to an allocator's blocks (CUDA's, 512 bytes), so
+// that a quadratic exact at the samples may be short elsewhere; then only a target whose varying
+// size is congruent to the samples' modulo the greatest common divisor of their differences is
+// predicted (lengths padded to a multiple of 8 or 16, say), where the blocks round alike.
 std::optional<Costs> predictCosts(const std::vector<CostSample>& samples,
-                                  const std::vector<int64_t>& target);
+                                  const std::vector<int64_t>& target, bool rounded_sizes = false);
 
 // Times for `measured`, whose sizes were profiled without timing: the sample's of the same
 // chain whose activations weigh most like its own, each stage's scaled by how much more it holds

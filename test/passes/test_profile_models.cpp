@@ -64,6 +64,35 @@ void checkModel(const std::string& name, const torch::Tensor& x, size_t min_stag
     EXPECT_TRUE(torch::equal(b.value, buffers[i++])) << b.name;
 }
 
+// A re-plan measures sizes alone, without a warm-up run, on stages that ran at other sizes
+// before (replanner.cpp): the first run at a new size holds what a run after a warm-up holds.
+void checkSizesWithoutWarmUp(const std::string& name, const torch::Tensor& profiled,
+                             const torch::Tensor& other) {
+  const std::string path = fixture(name);
+  if (path.empty()) GTEST_SKIP() << name << ".pt not built (test/models/fixtures.py)";
+  torch::jit::Module m = torch::jit::load(path);
+  m.train();
+  const Partition partition = partitionModule(m);
+  profileChain(m, partition, {profiled}, quiet());
+  ProfileOptions sizes_only = quiet();
+  sizes_only.time_stages = false;
+  sizes_only.warmup = 0;
+  const ChainProfile first = profileChain(m, partition, {other}, sizes_only);
+  sizes_only.warmup = 1;
+  const ChainProfile warm = profileChain(m, partition, {other}, sizes_only);
+  for (auto field :
+       {&solver::Costs::wa, &solver::Costs::wabar, &solver::Costs::wd, &solver::Costs::of,
+        &solver::Costs::of_nograd, &solver::Costs::ob, &solver::Costs::wg})
+    EXPECT_EQ(first.costs.*field, warm.costs.*field);
+  EXPECT_NE(first.costs.wa, profileChain(m, partition, {profiled}, sizes_only).costs.wa);
+}
+
+TEST(ProfileModels, SizesWithoutWarmUpAtANewSize) {
+  checkSizesWithoutWarmUp("tiny_resnet", torch::randn({4, 3, 32, 32}),
+                          torch::randn({2, 3, 48, 40}));
+  checkSizesWithoutWarmUp("resnet18", torch::randn({2, 3, 32, 32}), torch::randn({3, 3, 64, 48}));
+}
+
 TEST(ProfileModels, TinyResNet) { checkModel("tiny_resnet", torch::randn({4, 3, 32, 32}), 3); }
 
 TEST(ProfileModels, ResNet18) { checkModel("resnet18", torch::randn({2, 3, 32, 32}), 8); }

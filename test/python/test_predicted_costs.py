@@ -1,7 +1,7 @@
-"""Batches of varying length: after profiles at four lengths of one chain, a length between them is
-planned from costs predicted from those profiles, without profiling (solver/cost_fit.h). The
-predicted byte counts are the ones a profile measures, and a step there is the unmodified model's,
-bit for bit, within its limit."""
+"""Batches of varying length: after profiles at four lengths of one chain, a length between them, or
+beyond them by at most their span, is planned from costs predicted from those profiles, without
+profiling (solver/cost_fit.h). The predicted byte counts are the ones a profile measures, and a step
+there is the unmodified model's, bit for bit, within its limit."""
 import warnings
 
 import pytest
@@ -12,7 +12,7 @@ import jitckpt
 import families
 
 PROFILED = [16, 48, 24, 40]  # the first call cuts the chain; every length then keeps that cut
-PREDICTED = 32
+BETWEEN, BEYOND = 32, 56  # 56: beyond the profiled lengths by less than their span (32)
 EXACT = ["wa", "wabar", "wd", "wg", "wd_handed", "spans", "held_output"]  # tensors: sizes of the shapes
 OVERHEADS = ["of", "of_nograd", "ob"]  # also kernels' workspaces, which a threshold may choose
 
@@ -34,10 +34,10 @@ def train(model, lengths):
     return [step(model, tokens(t, seed)) for seed, t in enumerate(lengths)]
 
 
-@pytest.mark.parametrize("limit", ["min", 0.6])
-def test_a_length_between_profiled_ones_is_planned_from_predicted_costs(limit):
+@pytest.mark.parametrize("limit,predicted", [("min", BETWEEN), (0.6, BETWEEN), ("min", BEYOND), (0.6, BEYOND)])
+def test_a_length_near_profiled_ones_is_planned_from_predicted_costs(limit, predicted):
     family = families.llama("test")
-    lengths = PROFILED + [PREDICTED]
+    lengths = PROFILED + [predicted]
     first, second = train(family.make(0), lengths), train(family.make(0), lengths)
     for (out_a, grads_a, _), (out_b, grads_b, _) in zip(first, second):  # the reference repeats itself
         assert torch.equal(out_a, out_b) and all(torch.equal(a, b) for a, b in zip(grads_a, grads_b))
@@ -50,11 +50,11 @@ def test_a_length_between_profiled_ones_is_planned_from_predicted_costs(limit):
         assert torch.equal(out_a, out_b), t
         assert all(torch.equal(a, b) for a, b in zip(grads_a, grads_b)), t
     info = jitckpt.plan(model)
-    assert info["input_shapes"][0][:2] == [2, PREDICTED] and info["predicted_costs"]
+    assert info["input_shapes"][0][:2] == [2, predicted] and info["predicted_costs"]
     assert info["num_stages"] > 2
     assert sum(v["predicted_costs"] for v in info["variants"]) == 1
     # Within the limit of the plan it ran.
-    idx = tokens(PREDICTED, len(lengths) - 1)
+    idx = tokens(predicted, len(lengths) - 1)
     output, _, peak = step(model, idx)
     loss_bytes = families.loss_held_bytes(output, families.loss_of)  # the caller's, outside the limit
     assert peak + families.caller_held_bytes(model, (idx,)) <= info["memory_limit"] + loss_bytes + \
@@ -64,7 +64,7 @@ def test_a_length_between_profiled_ones_is_planned_from_predicted_costs(limit):
     # overheads at least those (an embedding's backward takes a workspace that falls with the
     # length: bounded by the largest sampled).
     profiled = jitckpt.checkpoint(family.make(0), memory_limit=limit, profile_repeats=1)
-    train(profiled, [PROFILED[0], PREDICTED])
+    train(profiled, [PROFILED[0], predicted])
     measured = jitckpt.plan(profiled)
     assert not measured["predicted_costs"] and measured["labels"] == info["labels"]
     for field in EXACT:
@@ -73,12 +73,12 @@ def test_a_length_between_profiled_ones_is_planned_from_predicted_costs(limit):
         assert all(p >= m for p, m in zip(info["costs"][field], measured["costs"][field])), field
 
 
-def test_a_length_outside_the_profiled_ones_is_profiled():
+def test_a_length_beyond_the_profiled_ones_by_more_than_their_span_is_profiled():
     family = families.llama("test")
     model = jitckpt.checkpoint(family.make(0), memory_limit="min", profile_repeats=1)
-    train(model, PROFILED + [56])
+    train(model, PROFILED + [88])
     info = jitckpt.plan(model)
-    assert info["input_shapes"][0][:2] == [2, 56] and not info["predicted_costs"]
+    assert info["input_shapes"][0][:2] == [2, 88] and not info["predicted_costs"]
 
 
 def inputs_at(family, length: int, seed: int):
@@ -93,8 +93,9 @@ def inputs_at(family, length: int, seed: int):
 def test_every_length_trains_bit_for_bit_within_its_limit(name):
     family = families.FAMILIES[name]("test")
     base = family.inputs[0].shape[1]
-    # (no longer than the family's own: learned position tables); the last between profiled ones
-    lengths = [base, base // 4, base * 3 // 4, base // 2, base * 5 // 8]
+    # (no longer than the family's own: learned position tables); then one between profiled ones
+    # and one below them
+    lengths = [base, base // 4, base * 3 // 4, base // 2, base * 5 // 8, base // 8]
 
     def run(model):
         results = []

@@ -76,11 +76,34 @@ TEST(CostFit, ByteCountsAreExactAndTimesCloseBetweenProfiledLengths) {
   }
 }
 
-TEST(CostFit, NothingOutsideTheProfiledRangeOrAtAProfiledLength) {
-  const Profiles profiles({64, 128, 192, 256});
-  EXPECT_FALSE(predictCosts(profiles.samples, sizesAt(48)));
-  EXPECT_FALSE(predictCosts(profiles.samples, sizesAt(272)));
+// Exact where predicted: every count, and the no-checkpointing peak they make.
+void expectExactAt(const Profiles& profiles, int64_t t) {
+  const auto predicted = predictCosts(profiles.samples, sizesAt(t));
+  ASSERT_TRUE(predicted) << t;
+  const Costs truth = chainAt(t);
+  for (auto field : {&Costs::wa, &Costs::wabar, &Costs::wd, &Costs::of, &Costs::of_nograd,
+                     &Costs::ob, &Costs::wg})
+    EXPECT_EQ((*predicted).*field, truth.*field) << t;
+  EXPECT_EQ(predicted->spans, truth.spans) << t;
+  EXPECT_EQ(simulate(*predicted, noCheckpointSchedule(*predicted)).peak,
+            simulate(truth, noCheckpointSchedule(truth)).peak);
+}
+
+TEST(CostFit, BeyondTheProfiledRangeAtMostItsSpanAndNeverAtAProfiledLength) {
+  const Profiles profiles({64, 128, 192, 256});  // span 192
+  for (int64_t t : {16, 48, 272, 448}) expectExactAt(profiles, t);
+  EXPECT_FALSE(predictCosts(profiles.samples, sizesAt(464)));
   EXPECT_FALSE(predictCosts(profiles.samples, sizesAt(128)));
+  const Profiles near({80, 96, 112, 128});  // span 48: not down to 16
+  EXPECT_FALSE(predictCosts(near.samples, sizesAt(16)));
+  expectExactAt(near, 32);
+}
+
+TEST(CostFit, RoundedSizesArePredictedOnlyWhereTheyRoundAsTheSamplesDo) {
+  const Profiles profiles({64, 128, 160, 256});  // differences: multiples of 32
+  for (int64_t t : {96, 192, 288}) EXPECT_TRUE(predictCosts(profiles.samples, sizesAt(t), true));
+  for (int64_t t : {80, 97, 200}) EXPECT_FALSE(predictCosts(profiles.samples, sizesAt(t), true));
+  EXPECT_TRUE(predictCosts(profiles.samples, sizesAt(97)));  // not rounded: any length
 }
 
 TEST(CostFit, NothingFromTooFewSamples) {
@@ -109,10 +132,14 @@ TEST(CostFit, ACountThatFallsWithTheSizeIsBoundedByItsLargestSample) {
   }
   std::vector<CostSample> samples;
   for (size_t k = 0; k < lengths.size(); ++k) samples.push_back({sizesAt(lengths[k]), &costs[k]});
-  const auto predicted = predictCosts(samples, sizesAt(112));
-  ASSERT_TRUE(predicted);
-  EXPECT_EQ(predicted->ob[1], 11252);
-  EXPECT_EQ(predicted->ob[2], chainAt(112).ob[2]);
+  for (int64_t t : {112, 320}) {
+    const auto predicted = predictCosts(samples, sizesAt(t));
+    ASSERT_TRUE(predicted) << t;
+    EXPECT_EQ(predicted->ob[1], 11252);
+    EXPECT_EQ(predicted->ob[2], chainAt(t).ob[2]);
+  }
+  // Below the smallest sample it may take more than any sample did.
+  EXPECT_FALSE(predictCosts(samples, sizesAt(48)));
 }
 
 TEST(CostFit, NothingWhereTwoSizesVaryApart) {
