@@ -309,7 +309,10 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   const int untimed_runs = std::max(timed_runs > 0 ? options.warmup : 0, 1);
   const bool fits =
       options.whole_schedule_room < 0 || profile.unconstrained_peak <= options.whole_schedule_room;
-  const int runs = fits ? untimed_runs + timed_runs : 0;
+  // Sizes alone (a re-plan): no run either, the handed layouts then taken from the B above, as
+  // where the schedule does not fit.
+  const bool wanted = timed_runs > 0 || options.measure_unconstrained_peak;
+  const int runs = fits && wanted ? untimed_runs + timed_runs : 0;
   profile.ran_unconstrained = runs > 0;
   std::vector<GradientLayouts> handed(static_cast<size_t>(L) + 1);
   for (int r = 0; r < runs; ++r) {

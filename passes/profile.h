@@ -34,6 +34,7 @@ struct ProfileOptions {
   // at most once a second (and for the last stage when anything was printed).
   std::function<void(int, int)> progress;
   // Also run the whole no-checkpointing schedule (Fall 1..L, B L..1) and measure its peak.
+  // Without it and without timing (sizes alone), that schedule does not run at all.
   bool measure_unconstrained_peak = true;
   // Time that schedule this many times (0: not at all) and scale every stage's times so that the
   // model's time of it is the median measured one. Stages timed alone, over and over, run faster

@@ -64,8 +64,10 @@ void checkModel(const std::string& name, const torch::Tensor& x, size_t min_stag
     EXPECT_TRUE(torch::equal(b.value, buffers[i++])) << b.name;
 }
 
-// A re-plan measures sizes alone, without a warm-up run, on stages that ran at other sizes
-// before (replanner.cpp): the first run at a new size holds what a run after a warm-up holds.
+// A re-plan measures sizes alone, without a warm-up run or a run of the whole schedule, on stages
+// that ran at other sizes before (replanner.cpp): the first run at a new size holds what a run
+// after a warm-up holds, and the gradients each B is handed are laid out as the whole run has
+// them.
 void checkSizesWithoutWarmUp(const std::string& name, const torch::Tensor& profiled,
                              const torch::Tensor& other) {
   const std::string path = fixture(name);
@@ -77,9 +79,13 @@ void checkSizesWithoutWarmUp(const std::string& name, const torch::Tensor& profi
   ProfileOptions sizes_only = quiet();
   sizes_only.time_stages = false;
   sizes_only.warmup = 0;
+  sizes_only.measure_unconstrained_peak = false;
   const ChainProfile first = profileChain(m, partition, {other}, sizes_only);
+  ASSERT_FALSE(first.ran_unconstrained);
   sizes_only.warmup = 1;
+  sizes_only.measure_unconstrained_peak = true;
   const ChainProfile warm = profileChain(m, partition, {other}, sizes_only);
+  ASSERT_TRUE(warm.ran_unconstrained);
   for (auto field :
        {&solver::Costs::wa, &solver::Costs::wabar, &solver::Costs::wd, &solver::Costs::of,
         &solver::Costs::of_nograd, &solver::Costs::ob, &solver::Costs::wg})
