@@ -94,9 +94,9 @@ void checkSizesWithoutWarmUp(const std::string& name, const torch::Tensor& profi
 }
 
 TEST(ProfileModels, SizesWithoutWarmUpAtANewSize) {
+  // (the tiny ResNet alone: on 2.14 each profile of resnet18 takes seconds)
   checkSizesWithoutWarmUp("tiny_resnet", torch::randn({4, 3, 32, 32}),
                           torch::randn({2, 3, 48, 40}));
-  checkSizesWithoutWarmUp("resnet18", torch::randn({2, 3, 32, 32}), torch::randn({3, 3, 64, 48}));
 }
 
 TEST(ProfileModels, TinyResNet) { checkModel("tiny_resnet", torch::randn({4, 3, 32, 32}), 3); }
