@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <sstream>
 
 #include "bindings/forward_inputs.h"
 #include "bindings/python_warnings.h"
 #include "passes/checkpoint.h"
 #include "passes/strip.h"
+#include "passes/user_options.h"
 #include "runtime/plan.h"
 #include "runtime/probes/available_memory.h"
 #include "runtime/probes/counting_allocator.h"
@@ -53,18 +55,13 @@ auto parseOption(Parse parse) {
   }
 }
 
-jitckpt::CheckpointOptions makeOptions(const std::string& strategy, const std::string& schedule,
-                                       int slots, int max_stages, int segments, int profile_repeats,
+// The request from the user's options as text (passes/user_options.h) and the Python callables.
+jitckpt::CheckpointRequest makeRequest(const std::map<std::string, std::string>& texts,
                                        py::object progress, py::object profile_progress,
                                        const std::string& costs_json,
                                        const std::string& costs_input_key) {
-  jitckpt::CheckpointOptions options;
-  options.slots = slots;
-  options.strategy = parseOption([&] { return jitckpt::solver::parseStrategy(strategy); });
-  options.given = parseOption([&] { return jitckpt::solver::parseSchedule(schedule); });
-  options.max_stages = max_stages;
-  options.segments = segments;
-  options.profile_repeats = profile_repeats;
+  jitckpt::CheckpointRequest request = jitckpt::makeRequest(texts);
+  jitckpt::CheckpointOptions& options = request.options;
   if (!progress.is_none()) {
     options.progress = [progress](const std::string& line) {
       py::gil_scoped_acquire gil;
@@ -79,7 +76,7 @@ jitckpt::CheckpointOptions makeOptions(const std::string& strategy, const std::s
   }
   if (!costs_json.empty()) options.costs = jitckpt::solver::costsFromJson(costs_json);
   options.costs_input_key = costs_input_key;
-  return options;
+  return request;
 }
 
 // What the baselines would cost on the plan's chain, as the simulator predicts them: no
@@ -198,34 +195,33 @@ void defineCheckpointApi(py::module_& m) {
   m.def(
       "checkpoint",
       [](const torch::jit::Module& module, const py::object& example_inputs,
-         const std::string& memory_limit, const std::string& strategy, const std::string& schedule,
-         int slots, int max_stages, int segments, int profile_repeats, py::object progress,
+         const std::map<std::string, std::string>& options, py::object progress,
          py::object profile_progress, const std::string& costs_json,
-         const std::string& costs_input_key, bool verbose, const std::vector<int>& copying_stages,
-         bool every_cut) {
+         const std::string& costs_input_key, const std::vector<int>& copying_stages) {
         jitckpt::PythonWarnings warnings;
-        auto options = makeOptions(strategy, schedule, slots, max_stages, segments, profile_repeats,
-                                   std::move(progress), std::move(profile_progress), costs_json,
-                                   costs_input_key);
-        options.verbose = verbose;
-        options.copying_stages = copying_stages;
-        options.every_cut = every_cut;
-        const auto limit =
-            parseOption([&] { return jitckpt::solver::MemoryLimit::parse(memory_limit); });
+        auto request = makeRequest(options, std::move(progress), std::move(profile_progress),
+                                   costs_json, costs_input_key);
+        request.options.copying_stages = copying_stages;
         if (example_inputs.is_none()) {  // rewrite now, plan at the first training call
           py::gil_scoped_release no_gil;
-          return jitckpt::checkpoint(module, limit, options);
+          return jitckpt::checkpoint(module, request.limit, request.options);
         }
         const auto inputs =
             jitckpt::bindings::forwardInputs(module, py::cast<py::sequence>(example_inputs));
         py::gil_scoped_release no_gil;  // the autograd engine refuses to run while it is held
-        return jitckpt::checkpoint(module, inputs, limit, options);
+        return jitckpt::checkpoint(module, inputs, request.limit, request.options);
       },
-      py::arg("module"), py::arg("example_inputs"), py::arg("memory_limit"), py::arg("strategy"),
-      py::arg("schedule"), py::arg("slots"), py::arg("max_stages"), py::arg("segments"),
-      py::arg("profile_repeats"), py::arg("progress"), py::arg("profile_progress") = py::none(),
-      py::arg("costs_json") = "", py::arg("costs_input_key") = "", py::arg("verbose") = false,
-      py::arg("copying_stages") = std::vector<int>{}, py::arg("every_cut") = false);
+      py::arg("module"), py::arg("example_inputs"), py::arg("options"), py::arg("progress"),
+      py::arg("profile_progress") = py::none(), py::arg("costs_json") = "",
+      py::arg("costs_input_key") = "", py::arg("copying_stages") = std::vector<int>{});
+  // The options' names, defaults and help (passes/user_options.h): what the package's keywords
+  // stand for.
+  m.def("user_options", [] {
+    std::vector<std::tuple<std::string, std::string, std::string>> options;
+    for (const auto& o : jitckpt::userOptions())
+      options.emplace_back(o.name, o.default_text, o.help);
+    return options;
+  });
   m.def(
       "_jit_pass_jitckpt_checkpoint",
       [](const torch::jit::Module& module, const std::string& memory_limit,

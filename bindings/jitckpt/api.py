@@ -198,19 +198,32 @@ def _checkpoint_scripted(scripted: torch.jit.ScriptModule, example_inputs: Optio
     if progress is None:
         bar = _ProfileProgress(verbose)
         progress = bar if bar.shown else None
-    if schedule is not None:
-        if strategy not in ("optimal", "given"):
-            raise ValueError(f"a schedule is run as given: leave strategy ({strategy!r}) out")
-        strategy = "given"
+    options = _option_texts(memory_limit=memory_limit, strategy=strategy, schedule=schedule, slots=slots,
+                            max_stages=max_stages, cuts=cuts, segments=segments, profile_repeats=profile_repeats,
+                            verbose=verbose)
     rewritten = _C.checkpoint(
-        scripted._c, None if example_inputs is None else list(example_inputs), _limit_text(memory_limit),
-        strategy, schedule or "", slots, max_stages, segments, profile_repeats, report, progress,
+        scripted._c, None if example_inputs is None else list(example_inputs), options, report, progress,
         _C.costs_json(reused) if reused is not None else "",
-        _C.profile_input_key(reused) if reused is not None else "", verbose,
+        _C.profile_input_key(reused) if reused is not None else "",
         copying_stages=_C.copying_stages(reused) if reused is not None else [],
-        every_cut=_every_cut(cuts),
     )
     return torch.jit._recursive.wrap_cpp_module(rewritten)
+
+
+def _option_texts(**values: Any) -> Dict[str, str]:
+    """The planning options as the text the command line gives them (passes/user_options.h parses
+    both); None leaves an option at its default."""
+    texts = {}
+    for name, value in values.items():
+        if name == "memory_limit":
+            texts[name] = _limit_text(value)
+        elif isinstance(value, bool):
+            texts[name] = "true" if value else "false"
+        elif value is not None:
+            if name not in ("strategy", "schedule", "cuts") and not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+            texts[name] = str(value)
+    return texts
 
 
 def strip(module: torch.jit.ScriptModule) -> torch.jit.ScriptModule:

@@ -275,7 +275,7 @@ def test_bad_inputs_are_clear_errors(profiled):
         jitckpt.checkpoint(profiled, (X,))
     with pytest.raises(ValueError, match="fraction"):
         jitckpt.checkpoint(scripted(), (X,), memory_limit=1.5)
-    with pytest.raises(RuntimeError, match="unknown unit"):
+    with pytest.raises(ValueError, match="unknown unit"):
         jitckpt.checkpoint(scripted(), (X,), memory_limit="3 parsecs", reuse_profile_of=profiled)
     # More periodic segments than the chain has stages, at a limit and at "min"
     for limit in (0.8, "min"):

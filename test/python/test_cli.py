@@ -1,6 +1,8 @@
 """The command line (build/tools/cli/jitckpt): a model whose stage graphs hold constants that IR
-text cannot carry is optimized into a file that `inspect` and torch.jit.load read back, and a file
-that cannot be loaded gets an error that says why."""
+text cannot carry is optimized into a file that `inspect` and torch.jit.load read back, a file
+that cannot be loaded gets an error that says why, and its planning flags are jitckpt.checkpoint's
+keywords, from one definition."""
+import inspect
 import os
 import subprocess
 import zipfile
@@ -9,7 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-import jitckpt  # noqa: F401  (registers the op and the Plan class that the saved file needs)
+import jitckpt  # (also registers the op and the Plan class that the saved file needs)
+from jitckpt import api
 
 CLI = os.environ.get("JITCKPT_CLI", os.path.join("build", "tools", "cli", "jitckpt"))
 
@@ -189,7 +192,7 @@ def test_a_limit_of_one_and_a_half_is_refused_as_in_python(tmp_path):
 
 
 def test_a_limit_too_large_for_bytes_is_refused_not_wrapped():
-    with pytest.raises(RuntimeError, match="more than 8 EiB") as raised:
+    with pytest.raises(ValueError, match="more than 8 EiB") as raised:
         jitckpt.checkpoint(scripted(), (torch.randn(2, 3, 16, 16),), memory_limit=10**30)
     assert "-" not in str(raised.value).split("EiB")[0].split("'")[-1]
 
@@ -220,3 +223,22 @@ def test_jitckpt_opt_on_files_that_are_not_modules(tmp_path):
     scripted().save(str(model))
     bad_shape = subprocess.run([OPT, str(model), "--input", "2,x"], capture_output=True, text=True)
     assert "positive integers" in one_line_error(bad_shape)
+
+
+def test_the_planning_options_are_one_definition_for_python_and_the_command_line(tmp_path):
+    signature = inspect.signature(jitckpt.checkpoint).parameters
+    options = jitckpt._C.user_options()
+    assert [name for name, _, _ in options][:2] == ["memory_limit", "strategy"]
+    defaults = api._option_texts(**{name: signature[name].default for name, _, _ in options})
+    assert defaults == {name: default for name, default, _ in options if default}
+    usage = run("optimize", "--help").stdout
+    for name, _, help_text in options:
+        assert "--" + name.replace("_", "-") in usage, name
+    # Refused alike, with the same words.
+    model = tmp_path / "m.pt"
+    scripted().save(str(model))
+    refused = run("optimize", model, "--input", "2,3,16,16", "--strategy", "revolve", "--schedule",
+                  "Fall(1) B(1)", "-o", tmp_path / "out.pt")
+    with pytest.raises(ValueError, match="leave strategy") as raised:
+        jitckpt.checkpoint(scripted(), (torch.randn(2, 3, 16, 16),), strategy="revolve", schedule="Fall(1) B(1)")
+    assert refused.returncode != 0 and str(raised.value) in refused.stderr

@@ -7,8 +7,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 
 #include "jitckpt/jitckpt.h"
+#include "passes/user_options.h"
 #include "solver/memory_limit.h"
 #include "tools/common/example_inputs.h"
 #include "tools/common/report_errors.h"
@@ -39,9 +41,10 @@ c10::intrusive_ptr<jitckpt::Plan> requirePlan(const torch::jit::Module& module,
 }
 
 struct OptimizeOptions {
-  std::string input_path, output_path, limit_text = "0.5", strategy = "optimal", cuts = "cheapest";
+  std::string input_path, output_path;
   std::vector<std::string> inputs;  // example input specs (example_inputs.h)
-  int slots = 500, max_stages = 0, segments = 0;
+  // The planning options given, by name (passes/user_options.h: the Python keywords' too).
+  std::map<std::string, std::string> planning;
   bool eval_mode = false;
 };
 
@@ -62,18 +65,14 @@ void requireWritable(const std::string& path) {
 
 void optimize(const OptimizeOptions& o) {
   // Everything that can be checked before profiling is.
-  const auto limit = jitckpt::MemoryLimit::parse(o.limit_text);
+  jitckpt::CheckpointRequest request = jitckpt::makeRequest(o.planning);
+  const jitckpt::MemoryLimit& limit = request.limit;
+  jitckpt::CheckpointOptions& options = request.options;
   std::vector<c10::IValue> inputs;
   for (const auto& spec : o.inputs) inputs.emplace_back(jitckpt::tools::exampleInput(spec));
   requireWritable(o.output_path);
   torch::jit::Module module = loadModule(o.input_path);
   module.train(!o.eval_mode);
-  jitckpt::CheckpointOptions options;
-  options.slots = o.slots;
-  options.strategy = jitckpt::solver::parseStrategy(o.strategy);
-  options.segments = o.segments;
-  options.max_stages = o.max_stages;
-  options.every_cut = o.cuts == "every";
   if (inputs.empty()) {  // planned where it trains, at its first training call
     options.progress = [](const std::string&) {};
     torch::jit::Module rewritten = jitckpt::checkpoint(module, limit, options);
@@ -124,22 +123,18 @@ int main(int argc, char** argv) {
       "each forward input in order: [DTYPE:]SHAPE[=FILL], e.g. 8,3,224,224 (float32, "
       "random), int64:4,128 (zeros), bool:4,128=1; without any, the module is "
       "planned at its first training call");
-  optimize_command->add_option("--memory-limit", o.limit_text,
-                               "activation memory: bytes (2GiB, 512MiB), a fraction of the "
-                               "unconstrained peak (0.5, 50%), min, auto or none");
-  optimize_command->add_option("--strategy", o.strategy, "optimal, periodic, revolve or none")
-      ->check(CLI::IsMember({"optimal", "periodic", "revolve", "none"}));
-  optimize_command->add_option("--slots", o.slots, "memory slots of the solver")
-      ->check(CLI::Range(1, 100000));
-  optimize_command->add_option("--segments", o.segments,
-                               "periodic: segment count (default: the fastest that fits)");
-  optimize_command->add_option("--max-stages", o.max_stages,
-                               "at most this many stages (0: no limit)");
-  optimize_command
-      ->add_option("--cuts", o.cuts,
-                   "cheapest: one cut between two compute-heavy ops; every: each that carries "
-                   "new tensors (finer stages, a lower smallest limit on some models)")
-      ->check(CLI::IsMember({"cheapest", "every"}));
+  // The planning options, from the same definition as jitckpt.checkpoint's keywords.
+  std::vector<std::string> texts(jitckpt::userOptions().size());
+  std::vector<CLI::Option*> given;
+  for (size_t k = 0; k < texts.size(); ++k) {
+    const jitckpt::UserOption& option = jitckpt::userOptions()[k];
+    const std::string help =
+        option.help +
+        (option.default_text.empty() ? std::string() : " (default: " + option.default_text + ")");
+    CLI::Option* flag = optimize_command->add_option(jitckpt::flagOf(option), texts[k], help);
+    if (!option.choices.empty()) flag->check(CLI::IsMember(option.choices));
+    given.push_back(flag);
+  }
   optimize_command->add_flag("--eval", o.eval_mode,
                              "plan for the module in eval() mode (default: train())");
   optimize_command->add_option("-o,--output", o.output_path, "where to write the rewritten module")
@@ -152,6 +147,8 @@ int main(int argc, char** argv) {
       ->required();
   inspect_command->add_flag("--graph", print_graph, "also print the rewritten forward graph");
   CLI11_PARSE(app, argc, argv);
+  for (size_t k = 0; k < texts.size(); ++k)
+    if (given[k]->count() > 0) o.planning[jitckpt::userOptions()[k].name] = texts[k];
 
   return jitckpt::tools::reportErrors([&] {
     if (*optimize_command) {
