@@ -52,6 +52,9 @@ class ProfilingReplanner final : public Replanner {
     options.whole_schedule_room =
         wholeScheduleRoom(old.requested_limit, arguments, /*in_training_call=*/true);
     options.repeats = old.profile_repeats;
+    // A training call's profile is part of its step: one timed run of the whole chain scales the
+    // stages' times (a factor moves no schedule: every schedule's time scales alike).
+    options.calibration_runs = 1;
     const auto start = std::chrono::steady_clock::now();
     const std::shared_ptr<const ChainStages> stages = stagesToPlan(planned, arguments, at_least);
     const InputKey key = inputKey(planned.stages(), arguments);

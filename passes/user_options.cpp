@@ -45,7 +45,9 @@ std::vector<UserOption> makeOptions() {
        "0.5",
        {},
        [](CheckpointRequest& r, const std::string& text) { r.limit = MemoryLimit::parse(text); }},
-      {"strategy", "optimal, periodic, revolve or none (for comparisons)", "optimal",
+      {"strategy",
+       "optimal, periodic, revolve or none (for comparisons)",
+       "optimal",
        {"optimal", "periodic", "revolve", "none", "given"},
        [](CheckpointRequest& r, const std::string& text) {
          r.options.strategy = solver::parseStrategy(text);
@@ -60,15 +62,24 @@ std::vector<UserOption> makeOptions() {
          r.options.given = solver::parseSchedule(text);
          runGiven(r);
        }},
-      {"slots", "memory slots of the solver", "500", {},
+      {"slots",
+       "memory slots of the solver",
+       "500",
+       {},
        [](CheckpointRequest& r, const std::string& text) {
          r.options.slots = count("slots", text);
        }},
-      {"segments", "periodic: segment count (0: the fastest that fits)", "0", {},
+      {"segments",
+       "periodic: segment count (0: the fastest that fits)",
+       "0",
+       {},
        [](CheckpointRequest& r, const std::string& text) {
          r.options.segments = count("segments", text);
        }},
-      {"max_stages", "at most this many stages (0: no limit)", "0", {},
+      {"max_stages",
+       "at most this many stages (0: no limit)",
+       "0",
+       {},
        [](CheckpointRequest& r, const std::string& text) {
          r.options.max_stages = count("max_stages", text);
        }},
@@ -77,7 +88,9 @@ std::vector<UserOption> makeOptions() {
        "(finer stages, a lower smallest limit on some models)",
        "cheapest",
        {"cheapest", "every"},
-       [](CheckpointRequest& r, const std::string& text) { r.options.every_cut = text == "every"; }},
+       [](CheckpointRequest& r, const std::string& text) {
+         r.options.every_cut = text == "every";
+       }},
       {"profile_repeats",
        "timed runs per stage and direction, their median kept (0: 5 with example inputs, 3 at "
        "the first training call)",
@@ -86,7 +99,9 @@ std::vector<UserOption> makeOptions() {
        [](CheckpointRequest& r, const std::string& text) {
          r.options.profile_repeats = count("profile_repeats", text);
        }},
-      {"verbose", "show the first training call's profiling even off a terminal", "false",
+      {"verbose",
+       "show the first training call's profiling even off a terminal",
+       "false",
        {"true", "false"},
        [](CheckpointRequest& r, const std::string& text) {
          r.options.verbose = flag("verbose", text);

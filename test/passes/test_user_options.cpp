@@ -57,14 +57,14 @@ TEST(UserOptions, AScheduleRunsAsGivenWhateverTheOrder) {
 }
 
 TEST(UserOptions, TextsAnOptionCannotReadAreRefusedByName) {
-  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
-           {"slots", "many"},
-           {"slots", "5x"},
-           {"strategy", "fastest"},
-           {"cuts", "all"},
-           {"verbose", "yes"},
-           {"memory_limit", "3 parsecs"},
-           {"no_such_option", "1"}}) {
+  for (const auto& [name, text] :
+       std::vector<std::pair<std::string, std::string>>{{"slots", "many"},
+                                                        {"slots", "5x"},
+                                                        {"strategy", "fastest"},
+                                                        {"cuts", "all"},
+                                                        {"verbose", "yes"},
+                                                        {"memory_limit", "3 parsecs"},
+                                                        {"no_such_option", "1"}}) {
     try {
       makeRequest({{name, text}});
       ADD_FAILURE() << name << "=" << text << " was accepted";
