@@ -214,6 +214,13 @@ void defineCheckpointApi(py::module_& m) {
       py::arg("module"), py::arg("example_inputs"), py::arg("options"), py::arg("progress"),
       py::arg("profile_progress") = py::none(), py::arg("costs_json") = "",
       py::arg("costs_input_key") = "", py::arg("copying_stages") = std::vector<int>{});
+  // What the limit has meant for a rewritten module, carried to another rewrite of the same model
+  // (eager.py: a new capture).
+  m.def("limit_so_far",
+        [](const torch::jit::Module& module) { return jitckpt::limitSoFar(*requirePlan(module)); });
+  m.def("hold_limit", [](const torch::jit::Module& module, int64_t bytes) {
+    requirePlan(module)->variants().holdLimit(bytes);
+  });
   // The options' names, defaults and help (passes/user_options.h): what the package's keywords
   // stand for.
   m.def("user_options", [] {

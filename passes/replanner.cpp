@@ -75,8 +75,7 @@ class ProfilingReplanner final : public Replanner {
     solve_options.epilogue_gradient_bytes = old.epilogue_gradient_bytes;
     // Once one plan of this module was made, other shapes plan against what its limit meant
     // there, and a shape no schedule fits runs at its smallest rather than stopping training.
-    const int64_t planned_limit = planned.deferred() ? 0 : old.memory_limit;
-    solve_options.least_fraction_bytes = std::max(planned_limit, planned.variants().largestLimit());
+    solve_options.least_fraction_bytes = limitSoFar(planned);
     solve_options.smallest_when_infeasible = solve_options.least_fraction_bytes > 0;
     availableForActivations(old.requested_limit, arguments, old.outside_gradient_bytes,
                             solve_options);

@@ -46,6 +46,16 @@ c10::intrusive_ptr<Plan> PlanVariants::lastUsed() const {
   return planned_used_last_.load() ? c10::intrusive_ptr<Plan>() : last_used_;
 }
 
+void PlanVariants::holdLimit(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (bytes > largest_limit_.load()) largest_limit_.store(bytes);
+}
+
+int64_t limitSoFar(const Plan& plan) {
+  const int64_t planned = plan.deferred() ? 0 : plan.solution().memory_limit;
+  return std::max(planned, plan.variants().largestLimit());
+}
+
 void PlanVariants::add(const InputKey& key, c10::intrusive_ptr<Plan> plan) {
   const Solution& solution = plan->solution();
   if (!solution.over_limit && solution.memory_limit > largest_limit_.load())

@@ -39,6 +39,10 @@ void installReplanner(std::unique_ptr<Replanner> replanner);
 c10::intrusive_ptr<Plan> planForArguments(const c10::intrusive_ptr<Plan>& plan,
                                           const ChainArguments& arguments);
 
+// The bytes the limit has meant for `plan`'s module so far (0 before any plan): its own limit where
+// it was planned with example inputs, and the largest of its plans for other inputs.
+int64_t limitSoFar(const Plan& plan);
+
 // After StageOutputsGrew: a plan for the arguments at the larger sizes their data gave, holding
 // those of `active` (the plan the call ran) too, made once and used for their input key from
 // then on. Warns, naming the stage; throws (TORCH_CHECK) when no schedule fits the limit.
@@ -72,6 +76,9 @@ class PlanVariants {
   // The largest memory limit of these plans made within their requested limit, in bytes (0 when
   // none): what a fraction of the unconstrained peak has meant so far (passes/solve.h).
   int64_t largestLimit() const { return largest_limit_.load(); }
+  // Raises largestLimit() to `bytes`: what the limit meant for another rewrite of the same model
+  // (an eager module's other captures), which this one's plans then keep to as well.
+  void holdLimit(int64_t bytes);
   // Whether a plan replaced the planned one for its own key (planForLargerSizes): read without
   // the mutex, so that the calls of a plan that never grew take no lock.
   bool replacedPlanned() const { return replaced_planned_.load(); }

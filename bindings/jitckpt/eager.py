@@ -12,6 +12,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
+from . import _C
 from . import capture as capturing
 
 Rewrite = Callable[[torch.jit.ScriptModule, Optional[Sequence[Any]]], torch.jit.ScriptModule]
@@ -30,6 +31,7 @@ class CheckpointedModule(torch.nn.Module):
         self._fallback = fallback
         self._scripted: Optional[torch.jit.ScriptModule] = None  # the fallback, once taken
         self._captures: List[Tuple[capturing.Capture, torch.jit.ScriptModule]] = []
+        self._limit_so_far = 0  # bytes the limit has meant for the captures so far
 
     def plan_now(self, example_inputs: Sequence[Any]) -> None:
         """Captures and plans for example inputs (positional arguments) instead of the first call."""
@@ -89,6 +91,11 @@ class CheckpointedModule(torch.nn.Module):
         captured = capturing.capture(self.module, args, kwargs)
         example = capturing.arguments(captured, flat) if plan_with_inputs else None
         rewritten = self._rewrite(captured.scripted, example)
+        # A new capture keeps to what the limit meant for the others (a fraction's bytes; a batch of
+        # one, which export captures apart, never stops training where a larger one trained).
+        self._limit_so_far = max([self._limit_so_far] + [_C.limit_so_far(r._c) for _, r in self._captures])
+        if self._limit_so_far > 0:
+            _C.hold_limit(rewritten._c, self._limit_so_far)
         self._captures.insert(0, (captured, rewritten))
         del self._captures[self.max_captures:]
         return captured, rewritten, flat

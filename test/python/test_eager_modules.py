@@ -334,3 +334,40 @@ def test_models_export_cannot_capture_fall_back_to_torchscript_or_say_why():
         jitckpt.checkpoint(DataDependent(), front_end="trace")
     with pytest.raises(TypeError, match="takes the eager nn.Module"):
         jitckpt.checkpoint(torch.jit.script(DataDependent()), front_end="export")
+
+
+def test_a_batch_of_one_keeps_the_bytes_a_fraction_meant_at_a_larger_batch():
+    """Export specializes a size of one, so a batch of one is captured apart: it keeps to the bytes
+    the fraction meant for the larger batch, where the fraction of its own peak fits no schedule,
+    instead of stopping training."""
+    family = families.FAMILIES["llama"]("test")
+    vocab = family.eager(0).embed.weight.shape[0]
+    batches = [torch.randint(0, vocab, (b, 32), generator=torch.Generator().manual_seed(b)) for b in (4, 1)]
+    smallest = []
+    for idx in batches:
+        info = jitckpt.plan(jitckpt.checkpoint(family.eager(0), (idx,), memory_limit="min", profile_repeats=1))
+        smallest.append(info["memory_limit"] / info["unconstrained_peak"])
+    fraction = sum(smallest) / 2
+    assert smallest[0] < fraction < smallest[1], smallest  # else this proves nothing
+
+    def steps(model):
+        record = []
+        for idx in batches:
+            model.zero_grad(set_to_none=True)
+            with jitckpt.cpu_memory() as memory:
+                output = model(idx)
+                families.loss_of(output).backward()
+            record.append((output.detach(), [p.grad.clone() for p in model.parameters()], memory.peak, output))
+        return record
+
+    reference, again = steps(family.eager(0)), steps(family.eager(0))
+    model = jitckpt.checkpoint(family.eager(0), memory_limit=fraction, profile_repeats=1)
+    trained = steps(model)
+    plans = [jitckpt.plan(rewritten) for _, rewritten in reversed(model._captures)]  # batch 4, then 1
+    assert len(plans) == 2 and plans[1]["input_shapes"][0][0] == 1 and not plans[1].get("over_limit")
+    assert plans[1]["memory_limit"] == plans[0]["memory_limit"] > fraction * plans[1]["unconstrained_peak"]
+    for idx, a, b, c, info in zip(batches, reference, again, trained, plans):
+        assert all(torch.equal(x, y) and torch.equal(x, z) for x, y, z in zip([a[0]] + a[1], [b[0]] + b[1], [c[0]] + c[1]))
+        peak = c[2] + families.caller_held_bytes(model.rewritten, (idx,))
+        loss_bytes = families.loss_held_bytes(c[3], families.loss_of)
+        assert peak <= info["memory_limit"] + loss_bytes + families.OUTSIDE_CHAIN_BYTES, (peak, info["memory_limit"])
