@@ -22,9 +22,10 @@ namespace {
 // Options that no model can make valid, refused before any work (without example inputs they
 // would fail only at the first training call).
 void checkOptions(const CheckpointOptions& options) {
-  TORCH_CHECK(options.slots >= 1,
-              "jitckpt: slots (the memory slots of the DP) must be at least 1, not ", options.slots,
-              "; the default is 500");
+  // (the DP's table grows with slots times the stages squared: a million would take tens of GB)
+  TORCH_CHECK(options.slots >= 1 && options.slots <= kMaxSlots,
+              "jitckpt: slots (the memory slots of the DP) must be from 1 to ", kMaxSlots, ", not ",
+              options.slots, "; the default is 500");
   TORCH_CHECK(options.segments >= 0, "jitckpt: segments must be 0 (the fastest that fits) or a ",
               "segment count, not ", options.segments);
   TORCH_CHECK(options.max_stages >= 0, "jitckpt: max_stages must be 0 (no cap) or a stage count, ",

@@ -22,6 +22,7 @@ using solver::MemoryLimit;
 using solver::Strategy;
 
 constexpr int kProfileRepeats = 5;
+constexpr int kMaxSlots = 100000;
 constexpr int kFirstCallProfileRepeats = 3;
 
 struct CheckpointOptions {

@@ -284,11 +284,13 @@ def test_bad_inputs_are_clear_errors(profiled):
                                reuse_profile_of=profiled)
     # No memory slots: refused at once, with example inputs or without (it crashed at "min")
     for strategy in ("optimal", "revolve"):
-        with pytest.raises(RuntimeError, match="slots .* must be at least 1, not 0"):
+        with pytest.raises(RuntimeError, match="slots .* must be from 1 to 100000, not 0"):
             jitckpt.checkpoint(scripted(), (X,), memory_limit="min", strategy=strategy, slots=0,
                                reuse_profile_of=profiled)
-        with pytest.raises(RuntimeError, match="slots .* must be at least 1, not 0"):
+        with pytest.raises(RuntimeError, match="slots .* must be from 1 to 100000, not 0"):
             jitckpt.checkpoint(scripted(), memory_limit="min", strategy=strategy, slots=0)
+    with pytest.raises(RuntimeError, match="slots .* must be from 1 to 100000, not 1000000"):
+        jitckpt.checkpoint(scripted(), memory_limit="min", slots=10**6)
     with pytest.raises(RuntimeError, match="example input 0 is None, but forward's argument 'x' is a Tensor"):
         jitckpt.checkpoint(scripted(), (None,), memory_limit="min")
     # Negative counts: refused, not read as their defaults
