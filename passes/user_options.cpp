@@ -37,6 +37,15 @@ void runGiven(CheckpointRequest& r) {
   r.options.strategy = Strategy::Given;
 }
 
+// A whole-number option held in CheckpointOptions::*field.
+UserOption countOption(const std::string& name, const std::string& help,
+                       const std::string& default_text, int CheckpointOptions::*field) {
+  return {
+      name, help, default_text, {}, [name, field](CheckpointRequest& r, const std::string& text) {
+        r.options.*field = count(name, text);
+      }};
+}
+
 std::vector<UserOption> makeOptions() {
   return {
       {"memory_limit",
@@ -62,27 +71,11 @@ std::vector<UserOption> makeOptions() {
          r.options.given = solver::parseSchedule(text);
          runGiven(r);
        }},
-      {"slots",
-       "memory slots of the solver",
-       "500",
-       {},
-       [](CheckpointRequest& r, const std::string& text) {
-         r.options.slots = count("slots", text);
-       }},
-      {"segments",
-       "periodic: segment count (0: the fastest that fits)",
-       "0",
-       {},
-       [](CheckpointRequest& r, const std::string& text) {
-         r.options.segments = count("segments", text);
-       }},
-      {"max_stages",
-       "at most this many stages (0: no limit)",
-       "0",
-       {},
-       [](CheckpointRequest& r, const std::string& text) {
-         r.options.max_stages = count("max_stages", text);
-       }},
+      countOption("slots", "memory slots of the solver", "500", &CheckpointOptions::slots),
+      countOption("segments", "periodic: segment count (0: the fastest that fits)", "0",
+                  &CheckpointOptions::segments),
+      countOption("max_stages", "at most this many stages (0: no limit)", "0",
+                  &CheckpointOptions::max_stages),
       {"cuts",
        "cheapest: one cut between two compute-heavy ops; every: each that carries new tensors "
        "(finer stages, a lower smallest limit on some models)",
@@ -91,14 +84,10 @@ std::vector<UserOption> makeOptions() {
        [](CheckpointRequest& r, const std::string& text) {
          r.options.every_cut = text == "every";
        }},
-      {"profile_repeats",
-       "timed runs per stage and direction, their median kept (0: 5 with example inputs, 3 at "
-       "the first training call)",
-       "0",
-       {},
-       [](CheckpointRequest& r, const std::string& text) {
-         r.options.profile_repeats = count("profile_repeats", text);
-       }},
+      countOption("profile_repeats",
+                  "timed runs per stage and direction, their median kept (0: 5 with example "
+                  "inputs, 3 at the first training call)",
+                  "0", &CheckpointOptions::profile_repeats),
       {"verbose",
        "show the first training call's profiling even off a terminal",
        "false",

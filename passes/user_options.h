@@ -5,6 +5,7 @@
 // range are refused by checkpoint itself (checkpoint.cpp), for C++ callers too.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -23,7 +24,7 @@ struct UserOption {
   std::string help;
   std::string default_text;
   std::vector<std::string> choices;  // empty: any text the parser takes
-  void (*set)(CheckpointRequest&, const std::string& text);
+  std::function<void(CheckpointRequest&, const std::string& text)> set;
 };
 
 const std::vector<UserOption>& userOptions();
