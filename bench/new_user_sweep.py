@@ -169,7 +169,7 @@ def sweep(subject: Subject, dtype: Optional[torch.dtype], limits: List[str], rep
                 record = train(model, subject, dtype)
                 info = jitckpt.plan(model)
                 peak = step_peak(model, subject, dtype)
-            except (RuntimeError, jitckpt.capture.CaptureError) as error:
+            except (RuntimeError, jitckpt.export.CaptureError) as error:
                 report(subject.name, precision, limit=name, how=how, error=str(error).splitlines()[-1][:300])
                 continue
             report(subject.name, precision, limit=name, how=how, front_end=getattr(model, "front_end", "script"),

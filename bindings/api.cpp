@@ -11,9 +11,9 @@
 
 #include "bindings/forward_inputs.h"
 #include "bindings/python_warnings.h"
-#include "passes/checkpoint.h"
 #include "passes/strip.h"
-#include "passes/user_options.h"
+#include "planner/checkpoint.h"
+#include "planner/user_options.h"
 #include "runtime/plan.h"
 #include "runtime/probes/available_memory.h"
 #include "runtime/probes/counting_allocator.h"
@@ -55,7 +55,7 @@ auto parseOption(Parse parse) {
   }
 }
 
-// The request from the user's options as text (passes/user_options.h) and the Python callables.
+// The request from the user's options as text (planner/user_options.h) and the Python callables.
 jitckpt::CheckpointRequest makeRequest(const std::map<std::string, std::string>& texts,
                                        py::object progress, py::object profile_progress,
                                        const std::string& costs_json,
@@ -215,13 +215,13 @@ void defineCheckpointApi(py::module_& m) {
       py::arg("profile_progress") = py::none(), py::arg("costs_json") = "",
       py::arg("costs_input_key") = "", py::arg("copying_stages") = std::vector<int>{});
   // What the limit has meant for a rewritten module, carried to another rewrite of the same model
-  // (eager.py: a new capture).
+  // (export/checkpointed_module.py: a new capture).
   m.def("limit_so_far",
         [](const torch::jit::Module& module) { return jitckpt::limitSoFar(*requirePlan(module)); });
   m.def("hold_limit", [](const torch::jit::Module& module, int64_t bytes) {
     requirePlan(module)->variants().holdLimit(bytes);
   });
-  // The options' names, defaults and help (passes/user_options.h): what the package's keywords
+  // The options' names, defaults and help (planner/user_options.h): what the package's keywords
   // stand for.
   m.def("user_options", [] {
     std::vector<std::tuple<std::string, std::string, std::string>> options;

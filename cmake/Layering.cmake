@@ -1,4 +1,4 @@
-# One library per folder, linked as a DAG: solver <- runtime <- passes <- bindings, tools.
+# One library per folder, linked as a DAG: solver <- runtime <- passes <- planner <- bindings, tools.
 # A library's headers are reached only through an include root of its own,
 # ${CMAKE_BINARY_DIR}/include-roots/<folder>/<folder> (a link to the source folder), which the
 # library exports to what links it. So `#include "passes/..."` in runtime/ or solver/ finds no

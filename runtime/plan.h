@@ -54,7 +54,7 @@ struct Solution {
   // A re-plan for inputs where no schedule fits the requested limit: memory_limit is their
   // smallest (SolveOptions::smallest_when_infeasible). Process-local, never saved.
   bool over_limit = false;
-  // Its costs were predicted from the profiles of other sizes (passes/predicted_costs.h), not
+  // Its costs were predicted from the profiles of other sizes (planner/predicted_costs.h), not
   // measured. Process-local, never saved.
   bool predicted = false;
 };

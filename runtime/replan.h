@@ -74,7 +74,7 @@ class PlanVariants {
       planned_used_last_.store(true, std::memory_order_relaxed);
   }
   // The largest memory limit of these plans made within their requested limit, in bytes (0 when
-  // none): what a fraction of the unconstrained peak has meant so far (passes/solve.h).
+  // none): what a fraction of the unconstrained peak has meant so far (planner/solve.h).
   int64_t largestLimit() const { return largest_limit_.load(); }
   // Raises largestLimit() to `bytes`: what the limit meant for another rewrite of the same model
   // (an eager module's other captures), which this one's plans then keep to as well.

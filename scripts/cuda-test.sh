@@ -39,7 +39,7 @@ fi
 generator=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); fi
 jobs=$(nproc 2>/dev/null || echo 4)
-# The check project builds the whole library (passes, runtime, tools) from the repository root with
+# The check project builds the whole library (runtime, passes, planner, tools) from the repository root with
 # tests, benchmarks and Python bindings off, plus the check program.
 # Header-only dependencies unpacked by `scripts/bench.sh header-deps` (for machines without a
 # package registry) are found in .deps/; JITCKPT_CMAKE_ARGS adds options (bench.sh gpu: Python).

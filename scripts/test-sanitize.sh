@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# Builds the runtime, the passes and the Python bindings (jitckpt._C and the libraries it links,
-# nothing else) with AddressSanitizer and UBSan in build-asan, and runs the Python exactness tests
-# against them in Debian's /usr/bin/python3 (the one with torch) with ASan's runtime preloaded:
-# test_checkpoint.py, test_layout_exactness.py,
-# test_faults.py, test_autograd_contracts.py, autocast's casts (test_mixed_precision.py), tensors
-# sized by data (test_sizes_from_data.py), then
-# the differential fuzzer's first 20 models. Fails on any ASan or UBSan report, in the tests'
+# Builds the runtime, the passes, the planner and the Python bindings (jitckpt._C and the libraries
+# it links, nothing else) with AddressSanitizer and UBSan in build-asan, and runs the Python
+# exactness tests against them in Debian's /usr/bin/python3 (the one with torch) with ASan's
+# runtime preloaded: test_checkpoint.py, test_layout_exactness.py, test_faults.py,
+# test_autograd_contracts.py, autocast's casts (test_mixed_precision.py), tensors sized by data
+# (test_sizes_from_data.py), then the differential fuzzer's first 20 models. Fails on any ASan or UBSan report, in the tests'
 # subprocesses too. Arguments are further pytest arguments (more files, -k ...); run_python runs
 # any other Python command the same way. About 2.5 minutes to build on 2 cores from nothing and
 # 2.5 to test; prints both.

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs what is missing, checks the formatting, builds, and runs every test: GoogleTest,
 # lit/FileCheck, pytest and the two installations (cmake --install, pip install) through ctest,
-# the differential fuzzer, plus the solver, and the runtime, passes and bindings with the Python
-# exactness tests, under AddressSanitizer and UBSan, all on Debian's PyTorch 1.13; then the suite
-# against PyTorch 2.14 and what differs on 2.6 (scripts/test-torch2.sh; JITCKPT_SKIP_TORCH2=1 skips
-# both). docs/development.md says what each line runs, and why that is enough.
+# the differential fuzzer, plus the solver, and the runtime, passes, planner and bindings with the
+# Python exactness tests, under AddressSanitizer and UBSan, all on Debian's PyTorch 1.13; then the
+# suite against PyTorch 2.14 and what differs on 2.6 (scripts/test-torch2.sh; JITCKPT_SKIP_TORCH2=1
+# skips both). docs/development.md says what each line runs, and why that is enough.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each phase says when it ended, so that CI's log shows where the time goes.
@@ -40,7 +40,7 @@ longest+="|EveryCurvePointSolves|FitsTheLimitAndIsNeverSlowerThanAFittingCandida
 ctest --test-dir build-sanitize --output-on-failure -j"$jobs" -E "$longest"
 done_at "the solver under the sanitizers"
 
-# Runtime, passes and bindings under AddressSanitizer and UBSan: the Python exactness tests and the
+# Runtime, passes, planner and bindings under AddressSanitizer and UBSan: the Python exactness tests and the
 # fuzzer's first models in Debian's python3 with ASan's runtime preloaded (about 5 minutes).
 ./scripts/test-sanitize.sh
 done_at "the runtime under the sanitizers"

@@ -12,7 +12,7 @@ import torch  # noqa: F401  (loads libtorch and torch's Python bindings before _
 
 from . import _C  # noqa: E402
 from .api import checkpoint, cpu_memory, dump, is_rewritten, partition, plan, strip  # noqa: E402
-from .eager import CheckpointedModule  # noqa: E402
+from .export import CheckpointedModule  # noqa: E402
 from .plotting import plot  # noqa: E402
 
 __version__ = "0.1.0"

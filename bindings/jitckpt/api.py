@@ -5,29 +5,13 @@ from typing import Any, Dict, Optional, Sequence, Union
 import torch
 
 from . import _C
-from . import capture as capturing
-from .eager import CheckpointedModule
-from .torchscript import quiet_torchscript
+from .export import CheckpointedModule
+from .export import capture as capturing
+from .torchscript import quiet_torchscript, script
 
 MemoryLimit = Union[None, int, float, str]
 
 
-def _script(module: Any) -> torch.jit.ScriptModule:
-    if isinstance(module, torch.jit.ScriptModule):
-        return module
-    if isinstance(module, torch.nn.Module):
-        try:
-            with quiet_torchscript():
-                return torch.jit.script(module)
-        except Exception as error:  # the scripting error says which line fails
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise TypeError(
-                f"jitckpt.checkpoint needs a TorchScript module and {type(module).__name__} could not be "
-                f"scripted ({first}); make it scriptable, or pass torch.jit.script(model) yourself"
-            ) from error
-    raise TypeError(
-        f"jitckpt.checkpoint takes a scripted module (torch.jit.script(model)), not {type(module).__name__}"
-    )
 
 
 def _rewritten(module: Any, what: str) -> torch._C.ScriptModule:
@@ -174,12 +158,12 @@ def checkpoint(
             module, lambda scripted, example: _checkpoint_scripted(
                 scripted, example, None if example is None else reuse_profile_of, **options),
             fallback=None if front_end == "export" else lambda example: _checkpoint_scripted(
-                _script(module), example, reuse_profile_of if example is not None and getattr(
+                script(module), example, reuse_profile_of if example is not None and getattr(
                     reuse_profile_of, "front_end", None) == "script" else None, **options))
         if example_inputs is not None:
             wrapped.plan_now((example_inputs,) if isinstance(example_inputs, torch.Tensor) else example_inputs)
         return wrapped
-    return _checkpoint_scripted(_script(module), example_inputs, reuse_profile_of, **options)
+    return _checkpoint_scripted(script(module), example_inputs, reuse_profile_of, **options)
 
 
 def _checkpoint_scripted(scripted: torch.jit.ScriptModule, example_inputs: Optional[Sequence[Any]],
@@ -211,7 +195,7 @@ def _checkpoint_scripted(scripted: torch.jit.ScriptModule, example_inputs: Optio
 
 
 def _option_texts(**values: Any) -> Dict[str, str]:
-    """The planning options as the text the command line gives them (passes/user_options.h parses
+    """The planning options as the text the command line gives them (planner/user_options.h parses
     both); None leaves an option at its default."""
     texts = {}
     for name, value in values.items():
@@ -275,7 +259,7 @@ def partition(module: torch.jit.ScriptModule, example_inputs: Sequence[Any] = ()
                                 every_cut=_every_cut(cuts))
         except capturing.CaptureError:
             pass  # as checkpoint() does: TorchScript where it can take the model
-    scripted = _script(module)
+    scripted = script(module)
     if _C.is_rewritten(scripted._c):
         raise ValueError("this module was already rewritten by jitckpt: jitckpt.plan(module) shows its stages, "
                          "and jitckpt.partition takes the original module")

@@ -11,10 +11,10 @@
 // the program, even one that only loads saved rewritten modules (see linkedLibrary below).
 #pragma once
 
-#include "passes/checkpoint.h"    // checkpoint, CheckpointOptions, MemoryLimit, Strategy
-#include "passes/strip.h"         // strip
-#include "passes/user_options.h"  // makeRequest: the options as Python and the CLI take them
-#include "runtime/plan.h"         // Plan, planOf
+#include "passes/strip.h"          // strip
+#include "planner/checkpoint.h"    // checkpoint, CheckpointOptions, MemoryLimit, Strategy
+#include "planner/user_options.h"  // makeRequest: the options as Python and the CLI take them
+#include "runtime/plan.h"          // Plan, planOf
 
 namespace jitckpt {
 

@@ -282,7 +282,7 @@ def check(spec: generate.Spec, config: Config, directory: str) -> Outcome:
             deferred = config.deferred and not (FRONT_END == "export" and config.strategy == "given")
             model = _checkpoint(fresh, None if deferred else batches[0], config, rng)
             ours = train(model, batches, autocast_to(config))
-    except jitckpt.capture.CaptureError as e:  # what export or jitckpt cannot capture, said as such
+    except jitckpt.export.CaptureError as e:  # what export or jitckpt cannot capture, said as such
         return Outcome("refused", str(e).strip().splitlines()[0][:300])
     except RuntimeError as e:
         text = str(e).strip()

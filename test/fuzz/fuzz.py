@@ -172,7 +172,7 @@ def main() -> int:
     torch.backends.mkldnn.enabled = False
     differential.DEVICE = args.device
     differential.FRONT_END = args.front_end
-    if args.front_end == "export" and not jitckpt.capture.available():
+    if args.front_end == "export" and not jitckpt.export.available():
         print(f"fuzz: --front-end export needs torch.export's training capture (PyTorch 2.6 on), not {torch.__version__}")
         return SKIPPED
     if args.device == "cuda":  # so that most references repeat themselves (atomics otherwise)

@@ -39,7 +39,7 @@ CASES = {
 EAGER_CASES = {
     "tied_blocks/eager/find_unused_parameters": (tied_family, {"find_unused_parameters": True}),
     "two_input/eager/default": (lambda: families.two_input("test"), {}),
-} if jitckpt.capture.available() else {}
+} if jitckpt.export.available() else {}
 STEPS = 2
 
 

@@ -634,7 +634,7 @@ def test_example_inputs_may_leave_out_arguments_with_defaults():
         jitckpt.checkpoint(make(), (x, y, 1.0, None, 2), memory_limit="min")
 
 
-@pytest.mark.skipif(jitckpt.capture.available(), reason="this PyTorch captures with torch.export")
+@pytest.mark.skipif(jitckpt.export.available(), reason="this PyTorch captures with torch.export")
 def test_export_on_a_pytorch_without_it_says_which_is_needed():
     with pytest.raises(RuntimeError, match=r"front_end='export' needs PyTorch 2.6 or later \(this is 1\."):
         jitckpt.checkpoint(nn.Linear(2, 2), front_end="export")

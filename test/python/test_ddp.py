@@ -22,6 +22,6 @@ def test_ddp_gradients_are_bit_identical(tmp_path):
     run = subprocess.run([sys.executable, WORKER, str(out)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and out.exists(), run.stderr[-3000:]
     results = json.loads(out.read_text())
-    assert len(results) == 8 if jitckpt.capture.available() else 6  # and two around eager modules
+    assert len(results) == 8 if jitckpt.export.available() else 6  # and two around eager modules
     failed = {case: result for case, result in results.items() if result != "ok"}
     assert not failed, failed

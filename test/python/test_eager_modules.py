@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import jitckpt
-from jitckpt import capture
+from jitckpt.export import capture
 
 import families
 import hf_style

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import jitckpt
-from jitckpt import capture
+from jitckpt.export import capture
 
 import families
 from test_model_families import assert_same_training, train

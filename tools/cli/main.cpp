@@ -10,7 +10,7 @@
 #include <map>
 
 #include "jitckpt/jitckpt.h"
-#include "passes/user_options.h"
+#include "planner/user_options.h"
 #include "solver/memory_limit.h"
 #include "tools/common/example_inputs.h"
 #include "tools/common/report_errors.h"
@@ -43,7 +43,7 @@ c10::intrusive_ptr<jitckpt::Plan> requirePlan(const torch::jit::Module& module,
 struct OptimizeOptions {
   std::string input_path, output_path;
   std::vector<std::string> inputs;  // example input specs (example_inputs.h)
-  // The planning options given, by name (passes/user_options.h: the Python keywords' too).
+  // The planning options given, by name (planner/user_options.h: the Python keywords' too).
   std::map<std::string, std::string> planning;
   bool eval_mode = false;
 };

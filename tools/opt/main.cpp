@@ -21,7 +21,7 @@
 #include "passes/partition/partition.h"
 #include "passes/partition/print.h"
 #include "passes/rewrite.h"
-#include "passes/solve.h"
+#include "planner/solve.h"
 #include "runtime/error_text.h"
 #include "tools/common/example_inputs.h"
 #include "tools/common/report_errors.h"

@@ -11,10 +11,10 @@
 #include <cstdio>
 #include <string>
 
-#include "passes/checkpoint.h"
 #include "passes/partition/module.h"
-#include "passes/profile.h"
 #include "passes/rewrite.h"
+#include "planner/checkpoint.h"
+#include "planner/profile.h"
 #include "runtime/plan.h"
 #include "runtime/probes/memory_probe.h"
 #include "runtime/probes/stopwatch.h"

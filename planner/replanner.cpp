@@ -10,10 +10,10 @@
 #include <sstream>
 
 #include "jitckpt/jitckpt.h"  // linkedLibrary
-#include "passes/predicted_costs.h"
-#include "passes/profile.h"
 #include "passes/recut.h"
-#include "passes/solve.h"
+#include "planner/predicted_costs.h"
+#include "planner/profile.h"
+#include "planner/solve.h"
 #include "runtime/chain_arguments.h"
 #include "runtime/replan.h"
 

@@ -1,11 +1,11 @@
-// The planning options as Python and the command line give them (passes/user_options.h): their
+// The planning options as Python and the command line give them (planner/user_options.h): their
 // defaults are CheckpointOptions' own, the result does not depend on the order they come in, and a
 // text an option cannot read is refused, naming the option.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 
-#include "passes/user_options.h"
+#include "planner/user_options.h"
 
 namespace jitckpt {
 namespace {

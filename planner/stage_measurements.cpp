@@ -1,5 +1,5 @@
 // Stage measurements (see stage_measurements.h).
-#include "passes/stage_measurements.h"
+#include "planner/stage_measurements.h"
 
 #include <ATen/Functions.h>
 
@@ -8,7 +8,7 @@
 #include <numeric>
 #include <utility>
 
-#include "passes/storage_sharing.h"
+#include "planner/storage_sharing.h"
 
 namespace jitckpt {
 namespace {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "passes/partition/partition.h"
-#include "passes/storage_sharing.h"
+#include "planner/storage_sharing.h"
 #include "runtime/stage_runner.h"
 #include "runtime/stages.h"
 #include "solver/costs.h"

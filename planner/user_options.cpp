@@ -1,5 +1,5 @@
 // The planning options a user sets (see user_options.h).
-#include "passes/user_options.h"
+#include "planner/user_options.h"
 
 #include <algorithm>
 #include <stdexcept>

@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterator, List, Tuple
 import torch
 import torch.utils._pytree as pytree
 
-from .torchscript import quiet_torchscript
+from ..torchscript import quiet_torchscript
 
 
 class CaptureError(TypeError):

@@ -1,5 +1,5 @@
 // Solve step (see solve.h).
-#include "passes/solve.h"
+#include "planner/solve.h"
 
 #include <algorithm>
 #include <cmath>

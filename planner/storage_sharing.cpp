@@ -1,5 +1,5 @@
 // Storage sharing for the profile pass (see storage_sharing.h).
-#include "passes/storage_sharing.h"
+#include "planner/storage_sharing.h"
 
 #include <c10/util/Exception.h>
 

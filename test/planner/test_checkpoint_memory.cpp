@@ -15,8 +15,8 @@
 #include <cstdio>
 #include <string>
 
-#include "passes/checkpoint.h"
 #include "passes/rewrite.h"
+#include "planner/checkpoint.h"
 #include "runtime/plan.h"
 #include "runtime/probes/counting_allocator.h"
 #include "test/fixtures/fixture_path.h"

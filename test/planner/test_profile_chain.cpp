@@ -7,7 +7,7 @@
 #include <torch/script.h>
 
 #include "passes/partition/module.h"
-#include "passes/profile.h"
+#include "planner/profile.h"
 #include "runtime/probes/stopwatch.h"
 #include "solver/baselines.h"
 #include "solver/costs.h"

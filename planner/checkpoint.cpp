@@ -1,5 +1,5 @@
 // The checkpoint pipeline (see checkpoint.h).
-#include "passes/checkpoint.h"
+#include "planner/checkpoint.h"
 
 #include <ATen/Parallel.h>
 
@@ -10,11 +10,11 @@
 
 #include "passes/example_copies.h"
 #include "passes/partition/module.h"
-#include "passes/profile.h"
 #include "passes/prologue.h"
 #include "passes/recut.h"
 #include "passes/rewrite.h"
-#include "passes/solve.h"
+#include "planner/profile.h"
+#include "planner/solve.h"
 
 namespace jitckpt {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "passes/checkpoint.h"
+#include "planner/checkpoint.h"
 
 namespace jitckpt {
 

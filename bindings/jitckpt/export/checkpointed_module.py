@@ -12,7 +12,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _C
+from .. import _C
 from . import capture as capturing
 
 Rewrite = Callable[[torch.jit.ScriptModule, Optional[Sequence[Any]]], torch.jit.ScriptModule]

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "passes/stage_measurements.h"
+#include "planner/stage_measurements.h"
 
 namespace jitckpt {
 namespace {

@@ -1,5 +1,5 @@
 // Predicted costs (see predicted_costs.h).
-#include "passes/predicted_costs.h"
+#include "planner/predicted_costs.h"
 
 #include <optional>
 

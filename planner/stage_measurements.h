@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "passes/profile.h"
+#include "planner/profile.h"
 #include "runtime/probes/memory_probe.h"
 #include "runtime/probes/stopwatch.h"
 #include "runtime/stage_runner.h"

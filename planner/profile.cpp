@@ -1,6 +1,6 @@
 // Profile pass (see profile.h): runs each stage through the runtime's StageRunner and measures
 // the costs of the paper's Table 1 with the device's memory probe and stopwatch.
-#include "passes/profile.h"
+#include "planner/profile.h"
 
 #include <ATen/Functions.h>
 
@@ -16,7 +16,7 @@
 
 #include "passes/partition/module.h"
 #include "passes/prologue.h"
-#include "passes/stage_measurements.h"
+#include "planner/stage_measurements.h"
 #include "runtime/probes/memory_probe.h"
 #include "runtime/probes/stopwatch.h"
 #include "runtime/rng_state.h"

@@ -3,7 +3,7 @@
 #include <ATen/Functions.h>
 #include <gtest/gtest.h>
 
-#include "passes/storage_sharing.h"
+#include "planner/storage_sharing.h"
 
 using namespace jitckpt;
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "passes/partition/module.h"
-#include "passes/profile.h"
+#include "planner/profile.h"
 #include "solver/costs.h"
 #include "test/fixtures/fixture_path.h"
 
