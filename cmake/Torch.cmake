@@ -47,8 +47,9 @@ function(jitckpt_torch_pch target)
 endfunction()
 
 # jitckpt_torch_unity(target): the target's sources compile in batches of 8, which instantiate the
-# torch headers' templates once per batch instead of once per file (the libraries, whose files are
-# many and small; test files, which define helpers of the same names, each compile alone).
+# torch headers' templates once per batch instead of once per file: the libraries and the
+# GoogleTest programs (a batch is one translation unit, so two files of a program cannot define
+# helpers of the same name in their anonymous namespaces).
 # -DCMAKE_UNITY_BUILD=OFF (or =ON for every target) overrides it.
 function(jitckpt_torch_unity target)
   if(NOT DEFINED CMAKE_UNITY_BUILD)

@@ -16,7 +16,7 @@ namespace {
 
 using test::fixture;
 
-ProfileOptions quiet() {
+ProfileOptions oneRepeatQuiet() {
   ProfileOptions options;
   options.repeats = 1;
   options.progress = [](int, int) {};
@@ -33,8 +33,8 @@ void checkModel(const std::string& name, const torch::Tensor& x, size_t min_stag
   std::vector<torch::Tensor> buffers;
   for (const auto& b : m.named_buffers()) buffers.push_back(b.value.clone());
 
-  const ChainProfile first = profileChain(m, partition, {x}, quiet());
-  const ChainProfile second = profileChain(m, partition, {x}, quiet());
+  const ChainProfile first = profileChain(m, partition, {x}, oneRepeatQuiet());
+  const ChainProfile second = profileChain(m, partition, {x}, oneRepeatQuiet());
   EXPECT_NO_THROW(solver::validate(first.costs));
   EXPECT_EQ(first.costs.length(), static_cast<int>(partition.stages.size()) + 1);
   EXPECT_EQ(first.costs.wa[0], x.numel() * x.element_size());
@@ -75,8 +75,8 @@ void checkSizesWithoutWarmUp(const std::string& name, const torch::Tensor& profi
   torch::jit::Module m = torch::jit::load(path);
   m.train();
   const Partition partition = partitionModule(m);
-  profileChain(m, partition, {profiled}, quiet());
-  ProfileOptions sizes_only = quiet();
+  profileChain(m, partition, {profiled}, oneRepeatQuiet());
+  ProfileOptions sizes_only = oneRepeatQuiet();
   sizes_only.time_stages = false;
   sizes_only.warmup = 0;
   sizes_only.measure_unconstrained_peak = false;

@@ -5,11 +5,10 @@
 
 #include "planner/storage_sharing.h"
 
-using namespace jitckpt;
-
+namespace jitckpt {
 namespace {
-constexpr int64_t kFloat = 4;  // bytes of a float32
-}
+
+constexpr int64_t kFloatBytes = 4;  // of a float32
 
 // A B that passes a gradient on (here a slice of cat's gradient) returns it as it came, beside
 // a gradient it made and a view of that.
@@ -22,7 +21,7 @@ TEST(StorageSharing, GradientsHandedOnAreToldFromThoseBMade) {
       handed.sourcesOf({output_grads[1], made, made.view({1, 3}), at::Tensor()});
   EXPECT_EQ(sources.handed_on_from, (std::vector<int>{1, -1, -1, -1}));
   EXPECT_EQ(sources.made, (std::vector<int>{-1, 0, 0, -1}));
-  EXPECT_EQ(sources.made_bytes, (std::vector<int64_t>{3 * kFloat}));
+  EXPECT_EQ(sources.made_bytes, (std::vector<int64_t>{3 * kFloatBytes}));
 }
 
 // An Inception block cut between its branches: stage 3 (cat) makes one gradient of 40 bytes and
@@ -50,12 +49,12 @@ TEST(StorageSharing, AGradientAddedIntoOneAStepDoesNotHandIsMadeByB) {
   const HandedGradients handed(output_grads);
   GradientSources head = handed.sourcesOf({handed_x});
   EXPECT_EQ(head.handed_on_from, (std::vector<int>{1}));
-  EXPECT_EQ(head.own_bytes, (std::vector<int64_t>{16 * kFloat}));
+  EXPECT_EQ(head.own_bytes, (std::vector<int64_t>{16 * kFloatBytes}));
   // The step: output 0's gradient is 12 bytes, output 1 (passed through, read for its shape by
   // the stage after) gets none.
   GradientSources after{{-1, -1}, {0, -1}, {12}, {12, 0}, {}, {}};
   const HeldGradients held = heldGradients({head, after}, {12});
-  EXPECT_EQ(held.wd, (std::vector<int64_t>{16 * kFloat, 12}));
+  EXPECT_EQ(held.wd, (std::vector<int64_t>{16 * kFloatBytes, 12}));
   EXPECT_EQ(held.handed, (std::vector<int64_t>{0, 0, 0}));
 }
 
@@ -122,3 +121,6 @@ TEST(StorageSharing, AViewOfASumMadeOutOfPlaceHoldsTheWholeSum) {
   EXPECT_EQ(held.wd, (std::vector<int64_t>{12 + 20, 40}));
   EXPECT_EQ(held.handed, (std::vector<int64_t>{0, 0, 0}));  // none shared from delta to delta
 }
+
+}  // namespace
+}  // namespace jitckpt

@@ -14,7 +14,7 @@
 namespace jitckpt::test {
 namespace {
 
-const std::vector<LiftedSpec> kLifted = {{"w", LiftedKind::Parameter}};
+const std::vector<LiftedSpec> kLiftedWeight = {{"w", LiftedKind::Parameter}};
 
 StageSpec stageOf(const std::string& ir, size_t activations, bool reads_weight) {
   StageSpec stage;
@@ -31,7 +31,7 @@ ChainStages chainOf(const std::string& body, const std::string& second = "  retu
       stageOf("graph(%x : Tensor, %w : Tensor):\n" + body + "  return (%x, %y)\n", 1, true),
       stageOf("graph(%x : Tensor, %y : Tensor, %w : Tensor):\n" + second, 2, true),
       stageOf("graph(%x : Tensor, %y : Tensor):\n  return (%x, %y)\n", 2, false)};
-  return ChainStages(stages, kLifted);
+  return ChainStages(stages, kLiftedWeight);
 }
 
 // Whether input i of stage l never requires grad.
