@@ -146,10 +146,12 @@ PartitionedClone partitionClone(const torch::jit::Module& module, const Partitio
   // Like torch.jit.freeze: edit the clone's own forward graph in place (inlined, then taken over
   // by the partition), so that rewriteChain's edits are the clone's forward.
   auto graph = clone.get_method("forward").graph();
+  auto user_forward = graph->copy();
   prepareForward(clone, graph);
   auto original_forward = graph->copy();
   Partition partition = partitionOnExamples(clone, graph, options, example_inputs);
   partition.original_forward = std::move(original_forward);
+  partition.user_forward = std::move(user_forward);
   bindOptionalTensors(clone, partition);
   return {std::move(clone), std::move(partition)};
 }

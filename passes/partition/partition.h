@@ -61,9 +61,14 @@ struct Partition {
   std::vector<int64_t> boundary_bytes;
   bool bytes_measured = false;
   std::vector<std::string> warnings;  // e.g. why there is only one stage
-  // The inlined forward before the partition's edits (hoisting, flags carried as tensors), for
-  // jitckpt.strip; partitionClone sets it.
+  // The inlined forward before the partition's edits (hoisting, flags carried as tensors), to cut
+  // again (recut.h); partitionClone sets it.
   std::shared_ptr<torch::jit::Graph> original_forward;
+  // The forward as the user's module had it, calls not inlined, for jitckpt.strip: the copy a
+  // saved module carries (an inlined one is the whole model's code in one method, which
+  // TorchScript takes seconds per thousand lines to compile again when it loads the file).
+  // partitionClone sets it.
+  std::shared_ptr<torch::jit::Graph> user_forward;
 };
 
 // Bytes of the top-level tensors of a graph, measured on example inputs (measureValueBytes, in
