@@ -281,9 +281,9 @@ void defineCheckpointApi(py::module_& m) {
   m.def("cpu_memory_live",
         [] { return jitckpt::probes::CountingAllocator::instance().currentBytes(); });
   m.def("cpu_memory_peak",
-        [] { return jitckpt::probes::CountingAllocator::instance().peakBytes(); });
+        [] { return jitckpt::probes::CountingAllocator::instance().outerPeakBytes(); });
   m.def("reset_cpu_memory_peak",
-        [] { return jitckpt::probes::CountingAllocator::instance().resetPeak(); });
+        [] { return jitckpt::probes::CountingAllocator::instance().resetOuterPeak(); });
   m.def("cpu_allocations",
         [] { return jitckpt::probes::CountingAllocator::instance().allocations(); });
   // Tests only: the available memory that memory_limit "auto" sees (-1: measure it again).

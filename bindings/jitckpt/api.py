@@ -267,7 +267,8 @@ def partition(module: torch.jit.ScriptModule, example_inputs: Sequence[Any] = ()
 
 
 class cpu_memory:
-    """Counts CPU tensor memory exactly inside a `with` block: `.peak` bytes above the start."""
+    """Counts CPU tensor memory exactly inside a `with` block: `.peak` bytes above the start, the
+    profiling of a first training call inside the block included."""
 
     def __enter__(self) -> "cpu_memory":
         _C.start_cpu_memory_counting()

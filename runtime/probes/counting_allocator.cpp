@@ -51,6 +51,16 @@ void CountingAllocator::setBlockBytes(int64_t bytes) {
 
 int64_t CountingAllocator::resetPeak() {
   const int64_t now = current_.load();
+  const int64_t dropped = peak_.exchange(now);
+  int64_t folded = folded_peak_.load();
+  while (dropped > folded && !folded_peak_.compare_exchange_weak(folded, dropped)) {
+  }
+  return now;
+}
+
+int64_t CountingAllocator::resetOuterPeak() {
+  const int64_t now = current_.load();
+  folded_peak_.store(now);
   peak_.store(now);
   return now;
 }

@@ -12,6 +12,7 @@
 
 #include <c10/core/Allocator.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -38,9 +39,14 @@ class CountingAllocator final : public c10::Allocator {
 
   int64_t currentBytes() const { return current_.load(); }  // bytes of live allocations
   int64_t peakBytes() const { return peak_.load(); }        // max of currentBytes since resetPeak
+  // The peak a caller outside jitckpt measures (jitckpt.cpu_memory): the max of currentBytes since
+  // resetOuterPeak, through the resets of the profiler that a first training call runs inside it.
+  int64_t outerPeakBytes() const { return std::max(peak_.load(), folded_peak_.load()); }
+  int64_t resetOuterPeak();
   int64_t allocations() const { return allocations_.load(); }  // allocate calls with nbytes > 0
   int64_t frees() const { return frees_.load(); }              // of those, how many were freed
-  // Sets the peak to the current live bytes; returns the current live bytes.
+  // Sets the peak to the current live bytes (keeping the peak so far for outerPeakBytes); returns
+  // the current live bytes.
   int64_t resetPeak();
   // For tests of out-of-memory handling: the n-th allocation from now (n >= 1, counting those
   // with nbytes > 0) throws a c10::Error instead of allocating; 0 cancels. Once only.
@@ -67,6 +73,7 @@ class CountingAllocator final : public c10::Allocator {
   std::atomic<c10::Allocator*> inner_{nullptr};
   std::atomic<int64_t> current_{0};
   std::atomic<int64_t> peak_{0};
+  std::atomic<int64_t> folded_peak_{0};  // the largest peak resetPeak dropped since resetOuterPeak
   std::atomic<int64_t> allocations_{0};
   std::atomic<int64_t> frees_{0};
   std::atomic<int64_t> fail_countdown_{0};

@@ -247,6 +247,19 @@ def test_auto_leaves_room_for_the_loss(autocast):
     assert max(first.peak, later.peak) <= capacity, (first.peak, later.peak, capacity)
 
 
+def test_cpu_memory_counts_what_the_block_held_before_a_first_call_profiled():
+    """jitckpt.cpu_memory around a first training call, which profiles and resets the allocator's
+    peak for its own measurements: the block's peak still counts what it held before them."""
+    family = families.FAMILIES["two_input"]("test")
+    model = jitckpt.checkpoint(family.make(0), memory_limit=None, profile_repeats=1)
+    with jitckpt.cpu_memory() as memory:
+        held = torch.ones(4 << 20)  # 16 MiB, freed before the call
+        del held
+        train_step(model, family, 0)
+    assert jitckpt.plan(model)["schedule"], "the call did not plan"
+    assert memory.peak >= 16 << 20, memory.peak
+
+
 def test_says_whether_the_chain_ran_without_checkpointing(capsys):
     """Planning with example inputs times the chain without checkpointing where it fits the
     available memory, and says so; where it does not fit, it says that it did not run it."""
