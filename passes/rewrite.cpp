@@ -122,9 +122,7 @@ void rewriteChain(torch::jit::Module& module, Partition& partition,
               "rewriteChain: the plan has ", stages.size(), " stages and ", stages.lifted().size(),
               " lifted values, the partition ", partition.stages.size(), " and ",
               partition.lifted.size(), "; make the plan from this partition (chainStagesOf)");
-  keepOriginalForward(module, partition.user_forward       ? *partition.user_forward
-                              : partition.original_forward ? *partition.original_forward
-                                                           : *partition.graph);
+  keepOriginalForward(module, partition.user_forward ? *partition.user_forward : *partition.graph);
   module.register_attribute(kPlanAttribute, planType(), c10::IValue(plan));
   Node* unpack = insertChainCall(partition, stages);
   redirectChainOutputs(partition, unpack);
