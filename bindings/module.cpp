@@ -8,6 +8,7 @@
 
 #include <sstream>
 
+#include "bindings/captured_module.h"
 #include "bindings/forward_inputs.h"
 #include "bindings/partition_run.h"
 #include "bindings/python_warnings.h"
@@ -104,6 +105,16 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "jitckpt C++ bindings";
   defineCheckpointApi(m);
   defineGraphPasses(m);
+  m.def(
+      "build_captured_module",
+      [](const std::string& name, const py::list& state, const py::list& inputs,
+         const py::list& calls, const py::list& outputs) {
+        jitckpt::PythonWarnings warnings;
+        return jitckpt::bindings::buildCapturedModule(name, state, inputs, calls, outputs);
+      },
+      py::arg("name"), py::arg("state"), py::arg("inputs"), py::arg("calls"), py::arg("outputs"),
+      "The TorchScript IR module of a graph torch.export captured, as "
+      "jitckpt/export/aten_graph.py encodes it (bindings/captured_module.h).");
   m.def(
       "partition",
       [](const py::object& module, const py::sequence& example_inputs, int max_stages,

@@ -1,14 +1,13 @@
-"""Capture: an nn.Module and one call's arguments -> a TorchScript module over the call's tensors.
+"""Capture: an nn.Module and one call's arguments -> a TorchScript IR module over the call's tensors.
 
 torch.export (non-strict, training IR, each tensor dimension dynamic where the model lets it be)
-records forward's ATen graph. Its parameters and buffers become attributes holding the user's own
-tensors, and the graph is scripted, so that the planner (partition, profile, solve, rewrite) and
-the C++ runtime take it as they take a scripted model. A `Capture` says which calls it serves:
+records forward's ATen graph; aten_graph.py builds it as a module whose parameters and buffers are
+the user's own tensors (no TorchScript compiler), so that the planner (partition, profile, solve,
+rewrite) and the C++ runtime take it as they take a scripted model. A `Capture` says which calls it serves:
 the same argument structure and non-tensor values, the same dtypes, devices and training flags,
 and sizes within the ranges export proved.
 """
 import contextlib
-import copy
 import dataclasses
 import inspect
 import logging
@@ -20,11 +19,7 @@ from typing import Any, Dict, Iterator, List, Tuple
 import torch
 import torch.utils._pytree as pytree
 
-from ..torchscript import quiet_torchscript
-
-
-class CaptureError(TypeError):
-    """A model (or a construct in it) that jitckpt cannot capture and run."""
+from .aten_graph import CaptureError, build
 
 
 def available() -> bool:
@@ -186,109 +181,14 @@ def _export_error(error: Exception) -> str:
     return text
 
 
-def _attribute_name(target: str, taken: set) -> str:
-    name = "".join(c if c.isalnum() else "_" for c in target) or "value"
-    if name[0].isdigit():
-        name = "_" + name
-    unique, n = name, 1
-    while unique in taken:
-        unique, n = f"{name}_{n}", n + 1
-    taken.add(unique)
-    return unique
-
-
-def _state_tensor(module: torch.nn.Module, program: Any, spec: Any) -> torch.Tensor:
-    kind = spec.kind.name
-    if kind == "PARAMETER":
-        return module.get_parameter(spec.target)
-    if kind == "BUFFER":
-        return module.get_buffer(spec.target)
-    if kind == "CONSTANT_TENSOR":
-        return program.constants[spec.target]
-    raise CaptureError(f"jitckpt cannot yet run a captured graph with a {kind.lower()} input ({spec.target})")
-
-
-def _refuse_nested_graphs(program: Any) -> None:
-    """Export records `with torch.no_grad()` / `torch.autocast` blocks and control flow operators
-    as calls of nested graphs, which TorchScript's IR has no form for."""
-    for node in program.graph_module.graph.nodes:
-        if node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
-            what = {"wrap_with_set_grad_enabled": "a torch.no_grad() or torch.enable_grad() block",
-                    "wrap_with_autocast": "a torch.autocast block"}.get(node.target.name(), node.target.name())
-            where = _user_line(program.graph_module, node)
-            raise CaptureError(f"jitckpt cannot run {what} inside forward as captured by torch.export"
-                               + (f" ({where})" if where else "") + "; move it out of forward")
-
-
-def _user_line(graph_module: torch.fx.GraphModule, node: Any) -> str:
-    """The model's line that made `node`, or the first one its nested graphs record."""
-    traces = [node.meta.get("stack_trace")]
-    for argument in node.args:
-        if isinstance(argument, torch.fx.Node) and argument.op == "get_attr":
-            nested = getattr(graph_module, argument.target, None)
-            if isinstance(nested, torch.fx.GraphModule):
-                traces += [n.meta.get("stack_trace") for n in nested.graph.nodes]
-    for trace in traces:
-        lines = [line.strip() for line in (trace or "").strip().splitlines()]
-        if len(lines) >= 2:
-            return f"{lines[-2]}: {lines[-1]}"
-    return ""
-
-
-def _scriptable(program: Any, module: torch.nn.Module) -> Tuple[torch.fx.GraphModule, List[int]]:
-    """The exported graph with its state as attributes of a root holding the user's tensors, its
-    non-tensor inputs that nothing reads dropped, and plain ATen op packets TorchScript resolves.
-    Returns it and the indices, among the user's flat leaves, of the inputs it keeps."""
-    _refuse_nested_graphs(program)
-    graph = copy.deepcopy(program.graph_module.graph)
-    root = torch.nn.Module()
-    taken: set = set()
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    specs = program.graph_signature.input_specs
-    assert len(placeholders) == len(specs), "export's signature and graph disagree"
-    passed, leaf = [], 0
-    first_op = next(n for n in graph.nodes if n.op != "placeholder")
-    for node, spec in zip(placeholders, specs):
-        if spec.kind.name == "USER_INPUT":
-            value = node.meta.get("val")
-            if isinstance(value, torch.Tensor) or node.users:
-                passed.append(leaf)
-                if not isinstance(value, torch.Tensor):
-                    node.type = type(value)
-            else:
-                graph.erase_node(node)
-            leaf += 1
-            continue
-        tensor = _state_tensor(module, program, spec)
-        name = _attribute_name(spec.target, taken)
-        if isinstance(tensor, torch.nn.Parameter):
-            root.register_parameter(name, tensor)
-        else:
-            root.register_buffer(name, tensor)
-        with graph.inserting_before(first_op):
-            attribute = graph.get_attr(name)
-        node.replace_all_uses_with(attribute)
-        graph.erase_node(node)
-    for node in graph.nodes:
-        if isinstance(node.target, torch._ops.OpOverload):
-            node.target = node.target.overloadpacket
-        if node.kwargs:
-            node.kwargs = {k: str(v) if isinstance(v, torch.device) else v for k, v in node.kwargs.items()}
-    for spec in program.graph_signature.output_specs:
-        if spec.kind.name != "USER_OUTPUT":
-            raise CaptureError(f"jitckpt cannot yet run a captured graph with a {spec.kind.name.lower()} output")
-    return torch.fx.GraphModule(root, graph), passed
-
-
 def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Capture:
     """Sizes dynamic first; where export cannot bound them (data-dependent size checks, size
-    arithmetic) or the graph needs what TorchScript lacks (sizes turned into floats), this call's
+    arithmetic) or the graph holds size arithmetic TorchScript's IR cannot express, this call's
     sizes. A failure of the second try is the one reported."""
     for dynamic in (True, False):
         try:
             program = _export(module, args, kwargs, dynamic)
-            graph_module, passed = _scriptable(program, module)
-            scripted = _script(graph_module, type(module).__name__)
+            scripted, passed = build(program, module, type(module).__name__)
             break
         except CaptureError:
             if not dynamic:
@@ -305,20 +205,6 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
         passed=passed, sizes=sizes, ranges=ranges, tensor_types=[(t.dtype, t.device) for t in tensors],
         training=training_flags(module), out_spec=program.call_spec.out_spec,
     )
-
-
-def _script(graph_module: torch.fx.GraphModule, name: str) -> torch.jit.ScriptModule:
-    try:
-        with quiet_torchscript(), warnings.catch_warnings():
-            # (GraphModule's own __init__ annotations: TorchScript's note about them is not the user's)
-            warnings.filterwarnings("ignore", message="The TorchScript type system doesn't support instance-level")
-            return torch.jit.script(graph_module)
-    except Exception as error:
-        text = str(error).strip()
-        raise CaptureError(
-            f"jitckpt captured {name} but could not compile its graph "
-            f"({text.splitlines()[0] if text else type(error).__name__}); please report it"
-        ) from error
 
 
 def outputs(capture_: Capture, result: Any) -> Any:
