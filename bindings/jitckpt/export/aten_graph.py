@@ -4,8 +4,10 @@ The graph's ATen calls are encoded for the C++ builder (`_C.build_captured_modul
 bindings/captured_module.h): the model's state as attributes holding the user's own tensors,
 forward's inputs, each call with its operator and overload, a value made earlier as a `ValueRef`.
 The size arithmetic export records with Python's operators on symbolic sizes becomes TorchScript's
-integer operators. Constructs the IR has no form for (nested graphs: `torch.no_grad()` or
-`torch.autocast` blocks, control flow operators) are refused with the user's line.
+integer operators. Blocks export records as nested graphs are inlined where that runs them as the
+model does: `torch.no_grad()` and `torch.enable_grad()`, and a `torch.autocast` block that leaves
+autocast as the capture's call has it; others (control flow operators, an autocast block that
+changes autocast) are refused with the user's line.
 """
 import math
 import operator
@@ -46,24 +48,26 @@ for _name, _op in (("sym_float", "aten::Float"), ("sym_int", "aten::Int"), ("sym
         _SIZE_ARITHMETIC[getattr(torch, _name)] = _op
 
 
-def build(program: Any, module: torch.nn.Module, name: str) -> Tuple[torch.jit.ScriptModule, List[int]]:
-    """The module, and the indices among the user's flat leaves of the inputs its forward takes
-    (non-tensor inputs that nothing reads are dropped)."""
+def build(program: Any, module: torch.nn.Module, name: str) -> Tuple[torch.jit.ScriptModule, List[int], bool]:
+    """The module; the indices among the user's flat leaves of the inputs its forward takes
+    (non-tensor inputs that nothing reads are dropped); whether it holds an autocast block, which
+    it ran as the capture's autocast state had it (Capture.autocast)."""
     graph = program.graph_module.graph
-    _refuse_nested_graphs(program)
-    refs: Dict[torch.fx.Node, Any] = {}  # FX node -> ValueRef, or ("list", entry) for a list result
-    state, inputs, calls, passed = [], [], [], []
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     specs = program.graph_signature.input_specs
     assert len(placeholders) == len(specs), "export's signature and graph disagree"
     taken: set = set()
-    user = []
+    state, inputs, passed, user = [], [], [], []
+    refs: Dict[torch.fx.Node, Any] = {}
+    without_grad = set()  # state that never requires grad (buffers)
     for node, spec in zip(placeholders, specs):
         if spec.kind.name == "USER_INPUT":
             user.append(node)
             continue
         tensor = _state_tensor(module, program, spec)
         refs[node] = ValueRef(len(state))
+        if not tensor.requires_grad:
+            without_grad.add(node)
         state.append((_attribute_name(spec.target, taken), tensor, isinstance(tensor, torch.nn.Parameter)))
     for leaf, node in enumerate(user):
         value = node.meta.get("val")
@@ -71,61 +75,144 @@ def build(program: Any, module: torch.nn.Module, name: str) -> Tuple[torch.jit.S
             refs[node] = ValueRef(len(state) + len(inputs))
             inputs.append((_attribute_name(node.name, taken), _type_name(value)))
             passed.append(leaf)
-    first_call = len(state) + len(inputs)
-    outputs: List[Any] = []
-    for node in graph.nodes:
-        if node.op == "call_function":
-            call = _call(node, refs, first_call + len(calls))
-            if call is not None:
-                calls.append(call)
-        elif node.op == "output":
-            outputs = [_encoded(v, refs) for v in node.args[0]]
-        elif node.op != "placeholder":
-            raise CaptureError(f"jitckpt cannot yet run a captured graph with a {node.op} node ({node.target})")
     for spec in program.graph_signature.output_specs:
         if spec.kind.name != "USER_OUTPUT":
             raise CaptureError(f"jitckpt cannot yet run a captured graph with a {spec.kind.name.lower()} output")
+    encoder = _Encoder(refs, len(state) + len(inputs), without_grad)
+    outputs = encoder.graph(program.graph_module)
     try:
-        built = _C.build_captured_module(_class_name(name), state, inputs, calls, outputs)
+        built = _C.build_captured_module(_class_name(name), state, inputs, encoder.calls, outputs)
     except RuntimeError as error:
         raise CaptureError(f"jitckpt captured {name} but {str(error).splitlines()[0]}") from error
-    return torch.jit._recursive.wrap_cpp_module(built), passed
+    return torch.jit._recursive.wrap_cpp_module(built), passed, encoder.holds_autocast_block
 
 
-def _call(node: torch.fx.Node, refs: Dict[torch.fx.Node, Any], entry: int) -> Any:
-    """The call `node` encodes (None where it only picks an output of an earlier one)."""
-    target = node.target
-    if target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
-        source = refs[node.args[0]]
-        if isinstance(source, ValueRef):  # an output of a call with several
-            refs[node] = ValueRef(source.node, node.args[1])
-            return None
-        refs[node] = ValueRef(entry)
-        return ("aten::__getitem__", "t", (ValueRef(source[1]), node.args[1]), {})
-    if isinstance(target, torch._ops.OpOverload):
-        schema = target._schema
-        returns = schema.returns
-        list_result = len(returns) == 1 and isinstance(returns[0].type, torch._C.ListType)
-        refs[node] = ("list", entry) if list_result else ValueRef(entry)
-        op = (schema.name, schema.overload_name)
-    elif target in _SIZE_ARITHMETIC:
-        refs[node] = ValueRef(entry)
-        op = (_SIZE_ARITHMETIC[target], None)
-    else:
-        raise CaptureError(f"jitckpt cannot run {getattr(target, '__name__', target)} as captured by "
-                           f"torch.export ({_user_line(node) or node.name})")
-    args = tuple(_encoded(a, refs) for a in node.args)
-    kwargs = {k: _encoded(v, refs) for k, v in node.kwargs.items()}
-    return op + (args, kwargs)
+class _ListResult:
+    """A call's result that is a list (split, unbind): read by aten::__getitem__."""
+
+    def __init__(self, entry: int) -> None:
+        self.entry = entry
 
 
-def _encoded(value: Any, refs: Dict[torch.fx.Node, Any]) -> Any:
-    if isinstance(value, torch.fx.Node):
-        ref = refs[value]
-        return ref if isinstance(ref, ValueRef) else ValueRef(ref[1])
-    if isinstance(value, (list, tuple)):
-        return [_encoded(v, refs) for v in value]
-    return value
+class _Encoder:
+    """The calls of a graph and of the blocks it holds, in order; `refs` maps each FX node read so
+    far to a ValueRef, a _ListResult, a list (a block's outputs) or a constant."""
+
+    def __init__(self, refs: Dict[torch.fx.Node, Any], first_call: int, without_grad: set) -> None:
+        self.refs, self.first_call, self.without_grad = refs, first_call, without_grad
+        self.calls: List[Any] = []
+        self.holds_autocast_block = False
+
+    def graph(self, graph_module: torch.fx.GraphModule) -> List[Any]:
+        """Encodes the graph's calls (its placeholders already in refs); returns its outputs."""
+        for node in graph_module.graph.nodes:
+            if node.op == "call_function":
+                self._node(node, graph_module)
+            elif node.op == "output":
+                return [self.encoded(v) for v in node.args[0]]
+            elif node.op not in ("placeholder", "get_attr"):  # get_attr: a block's graph
+                raise CaptureError(f"jitckpt cannot yet run a captured graph with a {node.op} node ({node.target})")
+        raise CaptureError("jitckpt found no output in a captured graph")
+
+    def encoded(self, value: Any) -> Any:
+        if isinstance(value, torch.fx.Node):
+            ref = self.refs[value]
+            return ValueRef(ref.entry) if isinstance(ref, _ListResult) else ref
+        if isinstance(value, (list, tuple)):
+            return [self.encoded(v) for v in value]
+        return value
+
+    def _add(self, op: str, overload: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> int:
+        self.calls.append((op, overload, args, kwargs))
+        return self.first_call + len(self.calls) - 1
+
+    def _node(self, node: torch.fx.Node, graph_module: torch.fx.GraphModule) -> None:
+        target = node.target
+        if target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
+            source, index = self.refs[node.args[0]], node.args[1]
+            if isinstance(source, ValueRef):  # an output of a call with several
+                self.refs[node] = ValueRef(source.node, index)
+            elif isinstance(source, list):  # an output of a block
+                self.refs[node] = source[index]
+            else:
+                self.refs[node] = ValueRef(self._add("aten::__getitem__", "t", (ValueRef(source.entry), index), {}))
+            return
+        if isinstance(target, torch._ops.HigherOrderOperator):
+            self._block(node, graph_module)
+            return
+        if isinstance(target, torch._ops.OpOverload):
+            schema = target._schema
+            op = (schema.name, schema.overload_name)
+            list_result = len(schema.returns) == 1 and isinstance(schema.returns[0].type, torch._C.ListType)
+        elif target in _SIZE_ARITHMETIC:
+            op, list_result = (_SIZE_ARITHMETIC[target], None), False
+        else:
+            raise CaptureError(f"jitckpt cannot run {getattr(target, '__name__', target)} as captured by "
+                               f"torch.export ({_user_line(node) or node.name})")
+        args = tuple(self.encoded(a) for a in node.args)
+        entry = self._add(*op, args, {k: self.encoded(v) for k, v in node.kwargs.items()})
+        self.refs[node] = _ListResult(entry) if list_result else ValueRef(entry)
+
+    def _block(self, node: torch.fx.Node, graph_module: torch.fx.GraphModule) -> None:
+        """A `torch.no_grad()` / `torch.enable_grad()` block, or a `torch.autocast` block that leaves
+        autocast as the capture's call had it, inlined. A no_grad block reads the tensors that
+        require grad through detached aliases: its ops then record nothing and choose their
+        kernels as without grad, and what it makes requires no grad, as in the model."""
+        kind = node.target.name()  # (export's example values say no activation requires grad)
+        if kind == "wrap_with_set_grad_enabled":
+            enabled, nested, *args = node.args
+            detach = not enabled
+        elif kind == "wrap_with_autocast":
+            device, dtype, enabled, _, nested, *args = node.args
+            if not _autocast_unchanged(device, dtype, enabled):
+                raise CaptureError(
+                    "jitckpt cannot run a torch.autocast block that changes autocast inside forward "
+                    f"({_user_line(node, graph_module) or node.name}) under the call's own autocast state: "
+                    "call the model without autocast, or move the block out of forward")
+            self.holds_autocast_block, detach = True, False
+        else:
+            raise CaptureError(f"jitckpt cannot run {kind} inside forward as captured by torch.export"
+                               f" ({_user_line(node, graph_module) or node.name}); move it out of forward")
+        block = getattr(graph_module, nested.target)
+        placeholders = [n for n in block.graph.nodes if n.op == "placeholder"]
+        for placeholder, argument in zip(placeholders, args):
+            ref = self.encoded(argument)
+            if detach and self._may_require_grad(argument):
+                ref = ValueRef(self._add("aten::detach", "", (ref,), {}))
+            self.refs[placeholder] = ref
+        outputs = self.graph(block)
+        # A block that returns an input unchanged returns the tensor itself, not the alias.
+        for i, value in enumerate(block.graph.output_node().args[0]):
+            if isinstance(value, torch.fx.Node) and value.op == "placeholder":
+                outputs[i] = self.encoded(args[placeholders.index(value)])
+        self.refs[node] = outputs
+
+    def _may_require_grad(self, value: Any) -> bool:
+        """A floating-point tensor other than a buffer: detached where it does not require grad,
+        the alias computes the same (a buffer, which a block may write, is read as it is)."""
+        meta = value.meta.get("val") if isinstance(value, torch.fx.Node) else None
+        return (isinstance(meta, torch.Tensor) and (meta.is_floating_point() or meta.is_complex())
+                and value not in self.without_grad)
+
+
+
+
+def autocast_state(device: str) -> Tuple[bool, Any]:
+    """Whether autocast is on for `device` here, and its dtype."""
+    if hasattr(torch, "get_autocast_dtype"):
+        return torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
+    if device == "cpu":
+        return torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
+    return torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+
+
+def ambient_autocast() -> Tuple[Tuple[bool, Any], ...]:
+    return tuple(autocast_state(device) for device in ("cpu", "cuda"))
+
+
+def _autocast_unchanged(device: str, dtype: Any, enabled: bool) -> bool:
+    on, ambient = autocast_state(device)
+    return enabled == on and (not enabled or dtype is None or dtype == ambient)
 
 
 def _type_name(value: Any) -> str:
@@ -161,18 +248,6 @@ def _state_tensor(module: torch.nn.Module, program: Any, spec: Any) -> torch.Ten
     if kind == "CONSTANT_TENSOR":
         return program.constants[spec.target]
     raise CaptureError(f"jitckpt cannot yet run a captured graph with a {kind.lower()} input ({spec.target})")
-
-
-def _refuse_nested_graphs(program: Any) -> None:
-    """Export records `with torch.no_grad()` / `torch.autocast` blocks and control flow operators
-    as calls of nested graphs, which TorchScript's IR has no form for."""
-    for node in program.graph_module.graph.nodes:
-        if node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
-            what = {"wrap_with_set_grad_enabled": "a torch.no_grad() or torch.enable_grad() block",
-                    "wrap_with_autocast": "a torch.autocast block"}.get(node.target.name(), node.target.name())
-            where = _user_line(node, program.graph_module)
-            raise CaptureError(f"jitckpt cannot run {what} inside forward as captured by torch.export"
-                               + (f" ({where})" if where else "") + "; move it out of forward")
 
 
 def _user_line(node: torch.fx.Node, graph_module: Any = None) -> str:

@@ -14,12 +14,12 @@ import logging
 import re
 import sys
 import warnings
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.utils._pytree as pytree
 
-from .aten_graph import CaptureError, build
+from .aten_graph import CaptureError, ambient_autocast, build
 
 
 def available() -> bool:
@@ -39,9 +39,14 @@ class Capture:
     tensor_types: List[Tuple[torch.dtype, torch.device]]  # per tensor leaf
     training: Tuple[bool, ...]  # every submodule's flag
     out_spec: Any  # the pytree spec of forward's result
+    # The autocast state it was captured under, where it inlined an autocast block as a no-op
+    # there (aten_graph.py); None where any state serves.
+    autocast: Optional[Tuple[Any, ...]] = None
 
     def serves(self, flat: List[Any], spec: Any, training: Tuple[bool, ...]) -> bool:
         if spec != self.in_spec or training != self.training or len(flat) != len(self.leaves):
+            return False
+        if self.autocast is not None and self.autocast != ambient_autocast():
             return False
         tensors = [x for x in flat if isinstance(x, torch.Tensor)]
         if len(tensors) != len(self.sizes):
@@ -188,7 +193,7 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
     for dynamic in (True, False):
         try:
             program = _export(module, args, kwargs, dynamic)
-            scripted, passed = build(program, module, type(module).__name__)
+            scripted, passed, holds_autocast_block = build(program, module, type(module).__name__)
             break
         except CaptureError:
             if not dynamic:
@@ -204,6 +209,7 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
         scripted=scripted, in_spec=spec, leaves=[None if isinstance(x, torch.Tensor) else x for x in flat],
         passed=passed, sizes=sizes, ranges=ranges, tensor_types=[(t.dtype, t.device) for t in tensors],
         training=training_flags(module), out_spec=program.call_spec.out_spec,
+        autocast=ambient_autocast() if holds_autocast_block else None,
     )
 
 
