@@ -11,6 +11,8 @@
 #include <memory>
 #include <vector>
 
+#include "runtime/autocast_block.h"
+
 namespace py = pybind11;
 
 namespace jitckpt::bindings {
@@ -78,7 +80,7 @@ TypePtr inferredType(py::handle object) {
     return c10::ListType::create(element);
   }
   TORCH_CHECK(false, "jitckpt cannot express the constant ", py::str(object).cast<std::string>(),
-              " (", py::str(object.get_type()).cast<std::string>(),
+              " (", py::str(py::type::handle_of(object)).cast<std::string>(),
               ") of a captured graph in TorchScript's IR");
 }
 
@@ -214,6 +216,24 @@ void dropUnreadValues(Graph& graph) {
 
 }  // namespace
 
+namespace {
+
+void addCalls(GraphBuilder& builder, const py::list& calls) {
+  for (py::handle entry : calls) {
+    const auto item = entry.cast<py::tuple>();
+    builder.call(item[0].cast<std::string>(), item[1], item[2].cast<py::tuple>(),
+                 item[3].cast<py::dict>());
+  }
+}
+
+void finish(const std::shared_ptr<Graph>& graph, Value* output) {
+  graph->registerOutput(output);
+  dropUnreadValues(*graph);
+  torch::jit::ConstantPooling(graph);
+}
+
+}  // namespace
+
 torch::jit::Module buildCapturedModule(const std::string& name, const py::list& state,
                                        const py::list& inputs, const py::list& calls,
                                        const py::list& outputs) {
@@ -236,20 +256,40 @@ torch::jit::Module buildCapturedModule(const std::string& name, const py::list& 
     Value* input = graph->addInput(item[0].cast<std::string>());
     builder.addEntry({input->setType(typeNamed(item[1].cast<std::string>()))});
   }
-  for (py::handle entry : calls) {
-    const auto item = entry.cast<py::tuple>();
-    builder.call(item[0].cast<std::string>(), item[1], item[2].cast<py::tuple>(),
-                 item[3].cast<py::dict>());
-  }
+  addCalls(builder, calls);
   std::vector<Value*> results;
   for (py::handle output : outputs) results.push_back(builder.outputValue(output));
-  graph->registerOutput(graph->insertNode(graph->createTuple(results))->output());
-  dropUnreadValues(*graph);
-  torch::jit::ConstantPooling(graph);
+  finish(graph, graph->insertNode(graph->createTuple(results))->output());
   auto* forward = module._ivalue()->compilation_unit()->create_function(
       c10::QualifiedName(*module.type()->name(), "forward"), graph);
   module.type()->addMethod(forward);
   return module;
+}
+
+int64_t buildAutocastBlock(size_t num_inputs, const py::list& calls, const py::list& outputs,
+                           const std::string& device, bool enabled, const py::object& dtype,
+                           const py::object& cache_enabled) {
+  auto graph = std::make_shared<Graph>();
+  GraphBuilder builder(graph);
+  for (size_t i = 0; i < num_inputs; ++i)
+    builder.addEntry({graph->addInput()->setType(c10::TensorType::get())});
+  addCalls(builder, calls);
+  std::vector<Value*> results;
+  for (py::handle output : outputs) {
+    TORCH_CHECK(isValueRef(output),
+                "jitckpt runs a torch.autocast block that returns tensors only, not ",
+                py::str(output).cast<std::string>());
+    results.push_back(builder.valueOf(output));
+  }
+  finish(graph, graph->insertNode(graph->createList(c10::TensorType::get(), results))->output());
+  AutocastBlockState state;
+  state.device = c10::Device(device).type();
+  state.enabled = enabled;
+  if (!dtype.is_none())
+    state.dtype =
+        static_cast<c10::ScalarType>(torch::jit::toIValue(dtype, c10::IntType::get()).toInt());
+  if (!cache_enabled.is_none()) state.cache_enabled = cache_enabled.cast<bool>();
+  return registerAutocastBlock(graph, state);
 }
 
 }  // namespace jitckpt::bindings

@@ -21,4 +21,12 @@ torch::jit::Module buildCapturedModule(const std::string& name, const pybind11::
                                        const pybind11::list& inputs, const pybind11::list& calls,
                                        const pybind11::list& outputs);
 
+// A `torch.autocast` block that switches autocast for the call, encoded the same way over its
+// `num_inputs` tensors (its values' entries: the inputs, then its calls) and returning tensors:
+// registered as a jitckpt::autocast_block (runtime/autocast_block.h) under the returned number,
+// with the state the block sets on `device` (dtype and cache_enabled None: the caller's).
+int64_t buildAutocastBlock(size_t num_inputs, const pybind11::list& calls,
+                           const pybind11::list& outputs, const std::string& device, bool enabled,
+                           const pybind11::object& dtype, const pybind11::object& cache_enabled);
+
 }  // namespace jitckpt::bindings

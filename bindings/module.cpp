@@ -115,6 +115,11 @@ PYBIND11_MODULE(_C, m) {
       py::arg("name"), py::arg("state"), py::arg("inputs"), py::arg("calls"), py::arg("outputs"),
       "The TorchScript IR module of a graph torch.export captured, as "
       "jitckpt/export/aten_graph.py encodes it (bindings/captured_module.h).");
+  m.def("build_autocast_block", &jitckpt::bindings::buildAutocastBlock, py::arg("num_inputs"),
+        py::arg("calls"), py::arg("outputs"), py::arg("device"), py::arg("enabled"),
+        py::arg("dtype"), py::arg("cache_enabled"),
+        "Registers a torch.autocast block of a captured graph as a jitckpt::autocast_block; "
+        "returns its number (bindings/captured_module.h).");
   m.def(
       "partition",
       [](const py::object& module, const py::sequence& example_inputs, int max_stages,

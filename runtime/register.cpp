@@ -1,10 +1,12 @@
 // Registers the runtime with TorchScript when libjitckpt_runtime loads: the jitckpt.Plan class
 // (printable, picklable), the jitckpt::chain op with its kernels (chain_op.h), and the op that
-// ends a stage's casts inside a group run under autocast (grouped_stages.h).
+// ends a stage's casts inside a group run under autocast (grouped_stages.h), and the op that runs
+// a captured graph's autocast block (autocast_block.h).
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/jit/runtime/custom_operator.h>
 #include <torch/library.h>
 
+#include "runtime/autocast_block.h"
 #include "runtime/chain_op.h"
 #include "runtime/grouped_stages.h"
 #include "runtime/plan.h"
@@ -54,6 +56,7 @@ TORCH_LIBRARY(jitckpt, m) {
       torch::schema("chain(Tensor[] inputs, Tensor[] lifted_tensors, Any[] lifted_scalars, "
                     "__torch__.torch.classes.jitckpt.Plan plan) -> Tensor[]",
                     c10::AliasAnalysisKind::CONSERVATIVE));
+  m.def("autocast_block(int block, Tensor[] inputs) -> Tensor[]");
 }
 
 namespace {
@@ -67,5 +70,8 @@ const torch::jit::RegisterOperators end_of_stage_casts({torch::jit::Operator(
 TORCH_LIBRARY_IMPL(jitckpt, Autograd, m) { m.impl("chain", chainAutograd); }
 TORCH_LIBRARY_IMPL(jitckpt, CPU, m) { m.impl("chain", chainInference); }
 TORCH_LIBRARY_IMPL(jitckpt, CUDA, m) { m.impl("chain", chainInference); }
+TORCH_LIBRARY_IMPL(jitckpt, CompositeImplicitAutograd, m) {
+  m.impl("autocast_block", runAutocastBlock);
+}
 
 }  // namespace jitckpt

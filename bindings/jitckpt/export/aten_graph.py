@@ -6,8 +6,9 @@ forward's inputs, each call with its operator and overload, a value made earlier
 The size arithmetic export records with Python's operators on symbolic sizes becomes TorchScript's
 integer operators. Blocks export records as nested graphs are inlined where that runs them as the
 model does: `torch.no_grad()` and `torch.enable_grad()`, and a `torch.autocast` block that leaves
-autocast as the capture's call has it; others (control flow operators, an autocast block that
-changes autocast) are refused with the user's line.
+autocast as the capture's call has it. One that switches autocast for the call becomes one
+jitckpt::autocast_block call (runtime/autocast_block.h) that runs its own graph under the state it
+sets. Control flow operators are refused with the user's line.
 """
 import math
 import operator
@@ -98,8 +99,10 @@ class _Encoder:
     """The calls of a graph and of the blocks it holds, in order; `refs` maps each FX node read so
     far to a ValueRef, a _ListResult, a list (a block's outputs) or a constant."""
 
-    def __init__(self, refs: Dict[torch.fx.Node, Any], first_call: int, without_grad: set) -> None:
+    def __init__(self, refs: Dict[torch.fx.Node, Any], first_call: int, without_grad: set,
+                 inline_autocast: bool = True) -> None:
         self.refs, self.first_call, self.without_grad = refs, first_call, without_grad
+        self.inline_autocast = inline_autocast  # False inside a block that switches autocast
         self.calls: List[Any] = []
         self.holds_autocast_block = False
 
@@ -163,12 +166,10 @@ class _Encoder:
             enabled, nested, *args = node.args
             detach = not enabled
         elif kind == "wrap_with_autocast":
-            device, dtype, enabled, _, nested, *args = node.args
-            if not _autocast_unchanged(device, dtype, enabled):
-                raise CaptureError(
-                    "jitckpt cannot run a torch.autocast block that changes autocast inside forward "
-                    f"({_user_line(node, graph_module) or node.name}) under the call's own autocast state: "
-                    "call the model without autocast, or move the block out of forward")
+            device, dtype, enabled, cache_enabled, nested, *args = node.args
+            if not (self.inline_autocast and _autocast_unchanged(device, dtype, enabled)):
+                self._autocast_op(node, graph_module, getattr(graph_module, nested.target), args)
+                return
             self.holds_autocast_block, detach = True, False
         else:
             raise CaptureError(f"jitckpt cannot run {kind} inside forward as captured by torch.export"
@@ -186,6 +187,34 @@ class _Encoder:
             if isinstance(value, torch.fx.Node) and value.op == "placeholder":
                 outputs[i] = self.encoded(args[placeholders.index(value)])
         self.refs[node] = outputs
+
+    def _autocast_op(self, node: torch.fx.Node, graph_module: torch.fx.GraphModule, block: torch.fx.GraphModule,
+                     args: List[Any]) -> None:
+        """An autocast block that switches autocast for this call: its own graph, run by a
+        jitckpt::autocast_block call under the state it sets, whatever the call's (one op to the
+        partition)."""
+        device, dtype, enabled, cache_enabled = node.args[:4]
+        where = _user_line(node, graph_module) or node.name
+        for inner in block.graph.nodes:
+            target = inner.target
+            if isinstance(target, torch._ops.OpOverload) and (
+                    target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags):
+                raise CaptureError(f"jitckpt cannot run {target} (in place or random) inside a torch.autocast "
+                                   f"block that switches autocast ({where}); move it out of the block")
+        if not all(isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.Tensor) for a in args):
+            raise CaptureError(f"jitckpt runs a torch.autocast block that switches autocast on tensors only ({where})")
+        placeholders = [n for n in block.graph.nodes if n.op == "placeholder"]
+        inner = _Encoder({p: ValueRef(i) for i, p in enumerate(placeholders)}, len(placeholders),
+                         {p for p, a in zip(placeholders, args) if a in self.without_grad}, inline_autocast=False)
+        outputs = inner.graph(block)
+        try:
+            number = _C.build_autocast_block(len(placeholders), inner.calls, outputs, device, enabled, dtype,
+                                             cache_enabled)
+        except RuntimeError as error:
+            raise CaptureError(f"{str(error).splitlines()[0]} ({where})") from error
+        entry = self._add("jitckpt::autocast_block", "", (number, [self.encoded(a) for a in args]), {})
+        self.refs[node] = [ValueRef(self._add("aten::__getitem__", "t", (ValueRef(entry), i), {}))
+                           for i in range(len(outputs))]
 
     def _may_require_grad(self, value: Any) -> bool:
         """A floating-point tensor other than a buffer: detached where it does not require grad,
