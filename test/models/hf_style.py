@@ -1,7 +1,9 @@
 """Models written the way Hugging Face-style libraries write them, which TorchScript cannot script:
 a config object read in forward, keyword arguments with None defaults, **kwargs passed down to the
 layers, an output dataclass (loss, logits, optional hidden states), scaled_dot_product_attention
-with is_causal=True, and a padding mask made from the batch."""
+with is_causal=True, and a padding mask made from the batch. The "llama" kind is written as
+Hugging Face writes its Llama: RMSNorm, rotary embeddings computed under @torch.no_grad() with
+autocast off inside, a gated MLP, position ids as an optional keyword argument."""
 import dataclasses
 from typing import Any, Optional, Tuple
 
@@ -125,9 +127,103 @@ class SequenceClassifier(nn.Module):
         return ModelOutput(loss=loss, logits=logits, hidden_states=hidden)
 
 
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        dim = config.hidden_size // config.num_heads
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    @torch.no_grad()
+    def forward(self, x: Tensor, position_ids: Tensor) -> Tuple[Tensor, Tensor]:
+        inv_freq = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1).to(x.device)
+        positions = position_ids[:, None, :].float()
+        with torch.autocast(device_type=x.device.type, enabled=False):  # force float32
+            freqs = (inv_freq.float() @ positions.float()).transpose(1, 2)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            cos, sin = emb.cos(), emb.sin()
+        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.config = config
+        d = config.hidden_size
+        self.q_proj, self.k_proj = nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False)
+        self.v_proj, self.o_proj = nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False)
+
+    def forward(self, x: Tensor, position_embeddings: Tuple[Tensor, Tensor], **kwargs: Any) -> Tensor:
+        b, t, d = x.shape
+        shape = (b, t, self.config.num_heads, d // self.config.num_heads)
+        q, k, v = (proj(x).view(shape).transpose(1, 2) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        cos, sin = (e.unsqueeze(1) for e in position_embeddings)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class LlamaLayer(nn.Module):
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        d, i = config.hidden_size, config.intermediate_size
+        self.input_layernorm, self.post_attention_layernorm = RMSNorm(d), RMSNorm(d)
+        self.self_attn = LlamaAttention(config)
+        self.gate_proj, self.up_proj = nn.Linear(d, i, bias=False), nn.Linear(d, i, bias=False)
+        self.down_proj = nn.Linear(i, d, bias=False)
+
+    def forward(self, x: Tensor, **kwargs: Any) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), **kwargs)
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class LlamaLM(nn.Module):
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.rotary_emb = RotaryEmbedding(config)
+        self.layers = nn.ModuleList(LlamaLayer(config) for _ in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def forward(self, input_ids: Tensor, labels: Optional[Tensor] = None, position_ids: Optional[Tensor] = None,
+                **kwargs: Any) -> ModelOutput:
+        x = self.embed_tokens(input_ids)
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+        position_embeddings = self.rotary_emb(x, position_ids)
+        for layer in self.layers:
+            x = layer(x, position_embeddings=position_embeddings, **kwargs)
+        logits = self.lm_head(self.norm(x))
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, self.config.vocab_size), labels[:, 1:].reshape(-1))
+        return ModelOutput(loss=loss, logits=logits)
+
+
 def make(kind: str, seed: int = 0, **config: Any) -> nn.Module:
     torch.manual_seed(seed)
-    model = {"causal_lm": CausalLM, "classifier": SequenceClassifier}[kind](Config(**config))
+    model = {"causal_lm": CausalLM, "classifier": SequenceClassifier, "llama": LlamaLM}[kind](Config(**config))
     return model.train()
 
 
@@ -135,7 +231,7 @@ def batch(kind: str, length: int, batch_size: int = 4, seed: int = 0, config: Co
     """Keyword arguments of one training call; the classifier's rows are padded to `length`."""
     g = torch.Generator().manual_seed(seed * 1000 + length)
     ids = torch.randint(0, config.vocab_size, (batch_size, length), generator=g)
-    if kind == "causal_lm":
+    if kind in ("causal_lm", "llama"):
         return {"input_ids": ids, "labels": ids}
     lengths = torch.randint(length // 2, length + 1, (batch_size,), generator=g)
     lengths[0] = length

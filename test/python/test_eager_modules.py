@@ -64,7 +64,7 @@ def hf_batches(kind: str) -> List[Dict[str, Any]]:
     return [hf_style.batch(kind, length, seed=i) for i, length in enumerate(LENGTHS)]
 
 
-@pytest.mark.parametrize("kind", ["causal_lm", "classifier"])
+@pytest.mark.parametrize("kind", ["causal_lm", "classifier", "llama"])
 @pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bfloat16"])
 def test_unscriptable_models_train_bit_for_bit(kind, autocast):
     with pytest.raises(Exception), warnings.catch_warnings():
@@ -85,7 +85,7 @@ def test_unscriptable_models_train_bit_for_bit(kind, autocast):
     assert len({tuple(v["input_shapes"][0]) for v in info["variants"]}) == len(set(LENGTHS))
 
 
-@pytest.mark.parametrize("kind", ["causal_lm", "classifier"])
+@pytest.mark.parametrize("kind", ["causal_lm", "classifier", "llama"])
 @pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bfloat16"])
 def test_measured_step_peak_within_the_limit(kind, autocast):
     """At the smallest limit, one step's peak above what was live before it, with the caller's
