@@ -116,9 +116,12 @@ class GraphBuilder {
     const auto symbol = c10::Symbol::fromQualString(op);
     std::vector<const c10::FunctionSchema*> schemas;
     const c10::FunctionSchema* exact = nullptr;
+    const std::optional<std::string> overload_name =
+        overload.is_none() ? std::nullopt
+                           : std::optional<std::string>(overload.cast<std::string>());
     for (const auto& candidate : torch::jit::getAllOperatorsFor(symbol)) {
       const auto& schema = candidate->schema();
-      if (!overload.is_none() && schema.overload_name() == overload.cast<std::string>())
+      if (overload_name && schema.overload_name() == *overload_name)
         exact = &schema;
       else
         schemas.push_back(&schema);
@@ -145,7 +148,7 @@ class GraphBuilder {
               .second;
     } catch (const std::exception& e) {
       TORCH_CHECK(false, "jitckpt cannot express the call of ", op,
-                  overload.is_none() ? "" : "." + overload.cast<std::string>(),
+                  overload_name ? "." + *overload_name : "",
                   " in a captured graph in TorchScript's IR: ", e.what());
     }
     auto* node = graph_->insertNode(graph_->create(symbol, matched.inputs, 0));
@@ -213,10 +216,6 @@ void dropUnreadValues(Graph& graph) {
     if (pure && !node->hasUses()) node->destroy();
   }
 }
-
-}  // namespace
-
-namespace {
 
 void addCalls(GraphBuilder& builder, const py::list& calls) {
   for (py::handle entry : calls) {

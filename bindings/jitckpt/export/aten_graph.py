@@ -51,8 +51,8 @@ for _name, _op in (("sym_float", "aten::Float"), ("sym_int", "aten::Int"), ("sym
 
 def build(program: Any, module: torch.nn.Module, name: str) -> Tuple[torch.jit.ScriptModule, List[int], bool]:
     """The module; the indices among the user's flat leaves of the inputs its forward takes
-    (non-tensor inputs that nothing reads are dropped); whether it holds an autocast block, which
-    it ran as the capture's autocast state had it (Capture.autocast)."""
+    (non-tensor inputs that nothing reads are dropped); whether it inlined an autocast block that
+    is a no-op under the capture's autocast state only (Capture.autocast)."""
     graph = program.graph_module.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     specs = program.graph_signature.input_specs
@@ -85,7 +85,7 @@ def build(program: Any, module: torch.nn.Module, name: str) -> Tuple[torch.jit.S
         built = _C.build_captured_module(_class_name(name), state, inputs, encoder.calls, outputs)
     except RuntimeError as error:
         raise CaptureError(f"jitckpt captured {name} but {str(error).splitlines()[0]}") from error
-    return torch.jit._recursive.wrap_cpp_module(built), passed, encoder.holds_autocast_block
+    return torch.jit._recursive.wrap_cpp_module(built), passed, encoder.inlined_autocast_block
 
 
 class _ListResult:
@@ -104,7 +104,7 @@ class _Encoder:
         self.refs, self.first_call, self.without_grad = refs, first_call, without_grad
         self.inline_autocast = inline_autocast  # False inside a block that switches autocast
         self.calls: List[Any] = []
-        self.holds_autocast_block = False
+        self.inlined_autocast_block = False
 
     def graph(self, graph_module: torch.fx.GraphModule) -> List[Any]:
         """Encodes the graph's calls (its placeholders already in refs); returns its outputs."""
@@ -158,19 +158,20 @@ class _Encoder:
 
     def _block(self, node: torch.fx.Node, graph_module: torch.fx.GraphModule) -> None:
         """A `torch.no_grad()` / `torch.enable_grad()` block, or a `torch.autocast` block that leaves
-        autocast as the capture's call had it, inlined. A no_grad block reads the tensors that
-        require grad through detached aliases: its ops then record nothing and choose their
-        kernels as without grad, and what it makes requires no grad, as in the model."""
-        kind = node.target.name()  # (export's example values say no activation requires grad)
+        autocast as the capture's call had it, inlined (one that switches it: _autocast_op). A
+        no_grad block reads the tensors that may require grad through detached aliases: its ops
+        then record nothing and choose their kernels as without grad, and what it makes requires
+        no grad, as in the model."""
+        kind = node.target.name()
         if kind == "wrap_with_set_grad_enabled":
             enabled, nested, *args = node.args
             detach = not enabled
         elif kind == "wrap_with_autocast":
-            device, dtype, enabled, cache_enabled, nested, *args = node.args
+            device, dtype, enabled, _, nested, *args = node.args
             if not (self.inline_autocast and _autocast_unchanged(device, dtype, enabled)):
-                self._autocast_op(node, graph_module, getattr(graph_module, nested.target), args)
+                self._autocast_op(node, graph_module)
                 return
-            self.holds_autocast_block, detach = True, False
+            self.inlined_autocast_block, detach = True, False
         else:
             raise CaptureError(f"jitckpt cannot run {kind} inside forward as captured by torch.export"
                                f" ({_user_line(node, graph_module) or node.name}); move it out of forward")
@@ -188,12 +189,12 @@ class _Encoder:
                 outputs[i] = self.encoded(args[placeholders.index(value)])
         self.refs[node] = outputs
 
-    def _autocast_op(self, node: torch.fx.Node, graph_module: torch.fx.GraphModule, block: torch.fx.GraphModule,
-                     args: List[Any]) -> None:
+    def _autocast_op(self, node: torch.fx.Node, graph_module: torch.fx.GraphModule) -> None:
         """An autocast block that switches autocast for this call: its own graph, run by a
         jitckpt::autocast_block call under the state it sets, whatever the call's (one op to the
         partition)."""
-        device, dtype, enabled, cache_enabled = node.args[:4]
+        device, dtype, enabled, cache_enabled, nested, *args = node.args
+        block = getattr(graph_module, nested.target)
         where = _user_line(node, graph_module) or node.name
         for inner in block.graph.nodes:
             target = inner.target
@@ -217,22 +218,18 @@ class _Encoder:
                            for i in range(len(outputs))]
 
     def _may_require_grad(self, value: Any) -> bool:
-        """A floating-point tensor other than a buffer: detached where it does not require grad,
-        the alias computes the same (a buffer, which a block may write, is read as it is)."""
+        """A floating-point tensor other than a buffer (export's example values say no activation
+        requires grad, so they cannot tell): detached where it does not require grad, the alias
+        computes the same (a buffer, which a block may write, is read as it is)."""
         meta = value.meta.get("val") if isinstance(value, torch.fx.Node) else None
         return (isinstance(meta, torch.Tensor) and (meta.is_floating_point() or meta.is_complex())
                 and value not in self.without_grad)
 
 
-
-
 def autocast_state(device: str) -> Tuple[bool, Any]:
-    """Whether autocast is on for `device` here, and its dtype."""
-    if hasattr(torch, "get_autocast_dtype"):
-        return torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
-    if device == "cpu":
-        return torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
-    return torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+    """Whether autocast is on for `device` here, and its dtype (PyTorch 2.4 on, as export's
+    capture: a Capture reads it only where one was made)."""
+    return torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
 
 
 def ambient_autocast() -> Tuple[Tuple[bool, Any], ...]:

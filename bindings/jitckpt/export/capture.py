@@ -193,7 +193,7 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
     for dynamic in (True, False):
         try:
             program = _export(module, args, kwargs, dynamic)
-            scripted, passed, holds_autocast_block = build(program, module, type(module).__name__)
+            scripted, passed, inlined_autocast_block = build(program, module, type(module).__name__)
             break
         except CaptureError:
             if not dynamic:
@@ -209,7 +209,7 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
         scripted=scripted, in_spec=spec, leaves=[None if isinstance(x, torch.Tensor) else x for x in flat],
         passed=passed, sizes=sizes, ranges=ranges, tensor_types=[(t.dtype, t.device) for t in tensors],
         training=training_flags(module), out_spec=program.call_spec.out_spec,
-        autocast=ambient_autocast() if holds_autocast_block else None,
+        autocast=ambient_autocast() if inlined_autocast_block else None,
     )
 
 
