@@ -154,16 +154,31 @@ def checkpoint(
         _every_cut(cuts), _limit_text(memory_limit)  # refused now, not at the first call
         if example_inputs is None and reuse_profile_of is not None:
             raise ValueError("reuse_profile_of needs the example inputs the profile was measured on")
-        wrapped = CheckpointedModule(
-            module, lambda scripted, example: _checkpoint_scripted(
-                scripted, example, None if example is None else reuse_profile_of, **options),
-            fallback=None if front_end == "export" else lambda example: _checkpoint_scripted(
-                script(module), example, reuse_profile_of if example is not None and getattr(
-                    reuse_profile_of, "front_end", None) == "script" else None, **options))
+        rewrite = _RewriteCapture(options)
+        wrapped = CheckpointedModule(module, rewrite, fallback=None if front_end == "export" else rewrite.script)
         if example_inputs is not None:
-            wrapped.plan_now((example_inputs,) if isinstance(example_inputs, torch.Tensor) else example_inputs)
+            wrapped.plan_now((example_inputs,) if isinstance(example_inputs, torch.Tensor) else example_inputs,
+                             reuse_profile_of)
         return wrapped
     return _checkpoint_scripted(script(module), example_inputs, reuse_profile_of, **options)
+
+
+class _RewriteCapture:
+    """How a CheckpointedModule rewrites a capture, and scripts the model where export cannot
+    capture it: checkpoint's options, in an object that copies and pickles with the module."""
+
+    def __init__(self, options: Dict[str, Any]) -> None:
+        self.options = options
+
+    def __call__(self, captured: torch.jit.ScriptModule, example_inputs: Optional[Sequence[Any]],
+                 reuse_profile_of: Any) -> torch.jit.ScriptModule:
+        return _checkpoint_scripted(captured, example_inputs, reuse_profile_of, **self.options)
+
+    def script(self, module: torch.nn.Module, example_inputs: Optional[Sequence[Any]],
+               reuse_profile_of: Any) -> torch.jit.ScriptModule:
+        if getattr(reuse_profile_of, "front_end", None) != "script":
+            reuse_profile_of = None
+        return _checkpoint_scripted(script(module), example_inputs, reuse_profile_of, **self.options)
 
 
 def _checkpoint_scripted(scripted: torch.jit.ScriptModule, example_inputs: Optional[Sequence[Any]],

@@ -432,3 +432,60 @@ def test_a_batch_of_one_keeps_the_bytes_a_fraction_meant_at_a_larger_batch():
         peak = c[2] + families.caller_held_bytes(model.rewritten, (idx,))
         loss_bytes = families.loss_held_bytes(c[3], families.loss_of)
         assert peak <= info["memory_limit"] + loss_bytes + families.OUTSIDE_CHAIN_BYTES, (peak, info["memory_limit"])
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "torch.save"])
+def test_a_copy_or_a_saved_module_trains_its_own_parameters(how, tmp_path):
+    """copy.deepcopy (an EMA or a teacher made from the model) and torch.save of the whole module
+    give a module that captures and trains its own parameters, not the original's."""
+    batches = hf_batches("causal_lm")
+    original = jitckpt.checkpoint(hf_style.make("causal_lm", seed=0), memory_limit=0.6, profile_repeats=1)
+    original(**batches[0]).loss.backward()  # captured and planned before the copy
+    before = [(p.detach().clone(), p.grad.clone()) for p in original.parameters()]
+    if how == "deepcopy":
+        copied = copy.deepcopy(original)
+    else:
+        torch.save(original, tmp_path / "model.pt")
+        copied = torch.load(tmp_path / "model.pt", weights_only=False)
+    assert isinstance(copied, jitckpt.CheckpointedModule) and copied.rewritten is None
+    for p in copied.parameters():
+        p.grad = None
+    reference, again = copy.deepcopy(copied.module), copy.deepcopy(copied.module)
+    expected = adamw_steps(reference, batches)
+    assert_same(expected, adamw_steps(again, batches), "eager twice")
+    assert_same(expected, adamw_steps(copied, batches), f"a module made by {how}")
+    assert "schedule" in jitckpt.plan(copied)
+    for p, (value, grad) in zip(original.parameters(), before):
+        assert torch.equal(p, value) and torch.equal(p.grad, grad), "the copy trained the original"
+
+
+def test_a_copy_of_a_module_that_trains_through_torchscript_scripts_its_own():
+    class DataDependent(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers:
+                x = torch.relu(layer(x))
+                if bool(x.sum() > 0):  # a branch on data: export cannot capture it
+                    x = x * 2
+            return x
+
+    x = torch.randn(64, 8)
+    original = jitckpt.checkpoint(DataDependent(), memory_limit="min", profile_repeats=1)
+    with pytest.warns(UserWarning, match="trains through TorchScript instead"):
+        original(x).sum().backward()
+    copied = copy.deepcopy(original)
+    assert copied.rewritten is None and "_scripted" not in dict(copied.named_children())
+    reference = copy.deepcopy(copied.module)
+    with torch.no_grad():
+        for p, q in zip(copied.module.parameters(), reference.parameters()):
+            p.mul_(-1), q.mul_(-1)
+            p.grad = None
+    reference(x).sum().backward()
+    with pytest.warns(UserWarning, match="trains through TorchScript instead"):
+        copied(x).sum().backward()
+    assert copied.front_end == "script"
+    for p, q in zip(copied.module.parameters(), reference.parameters()):
+        assert torch.equal(p.grad, q.grad)

@@ -8,15 +8,16 @@ state_dict and BatchNorm statistics stay with it. A model that export cannot cap
 a fallback where one is given (TorchScript, for "auto"), with one warning.
 """
 import warnings
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from .. import _C
 from . import capture as capturing
 
-Rewrite = Callable[[torch.jit.ScriptModule, Optional[Sequence[Any]]], torch.jit.ScriptModule]
-Fallback = Callable[[Optional[Sequence[Any]]], torch.jit.ScriptModule]
+# (captured graph or model, example inputs or None, a module whose profile to reuse or None)
+Rewrite = Callable[[torch.jit.ScriptModule, Optional[Sequence[Any]], Any], torch.jit.ScriptModule]
+Fallback = Callable[[torch.nn.Module, Optional[Sequence[Any]], Any], torch.jit.ScriptModule]
 
 
 class CheckpointedModule(torch.nn.Module):
@@ -33,14 +34,25 @@ class CheckpointedModule(torch.nn.Module):
         self._captures: List[Tuple[capturing.Capture, torch.jit.ScriptModule]] = []
         self._limit_so_far = 0  # bytes the limit has meant for the captures so far
 
-    def plan_now(self, example_inputs: Sequence[Any]) -> None:
-        """Captures and plans for example inputs (positional arguments) instead of the first call."""
+    def plan_now(self, example_inputs: Sequence[Any], reuse_profile_of: Any = None) -> None:
+        """Captures and plans for example inputs (positional arguments) instead of the first call,
+        reusing the profile of another checkpoint of the model made with the same inputs."""
         try:
-            self._entry(tuple(example_inputs), {}, plan_with_inputs=True)
+            self._entry(tuple(example_inputs), {}, plan_with_inputs=True, reuse_profile_of=reuse_profile_of)
         except capturing.CaptureError as error:
             if self._fallback is None:
                 raise
-            self._take_fallback(error, example_inputs)
+            self._take_fallback(error, example_inputs, reuse_profile_of)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        """What copy.deepcopy and pickle take: the model and the options, not the captures, whose
+        graphs and plans hold this module's own tensors (a copy's would train the original's);
+        a copy captures and plans its own at its first training call."""
+        state = dict(self.__dict__)
+        state["_modules"] = {name: m for name, m in self._modules.items() if name != "_scripted"}
+        state["_scripted"] = None
+        state["_captures"] = []
+        return state
 
     @property
     def rewritten(self) -> Optional[torch.jit.ScriptModule]:
@@ -68,11 +80,12 @@ class CheckpointedModule(torch.nn.Module):
             return self._scripted(*args, **kwargs)
         return capturing.outputs(captured, rewritten(*capturing.arguments(captured, flat)))
 
-    def _take_fallback(self, error: Exception, example_inputs: Optional[Sequence[Any]]) -> None:
+    def _take_fallback(self, error: Exception, example_inputs: Optional[Sequence[Any]],
+                       reuse_profile_of: Any = None) -> None:
         """TorchScript for a model export cannot capture; if it cannot script either, export's error."""
         assert self._fallback is not None
         try:
-            self._scripted = self._fallback(example_inputs)
+            self._scripted = self._fallback(self.module, example_inputs, reuse_profile_of)
         except (TypeError, RuntimeError) as script_error:
             lines = str(script_error).strip().splitlines()
             raise capturing.CaptureError(
@@ -80,8 +93,8 @@ class CheckpointedModule(torch.nn.Module):
             ) from script_error
         warnings.warn(f"{error}; {type(self.module).__name__} trains through TorchScript instead", stacklevel=3)
 
-    def _entry(self, args: Tuple[Any, ...], kwargs: Any,
-               plan_with_inputs: bool = False) -> Tuple[capturing.Capture, torch.jit.ScriptModule, List[Any]]:
+    def _entry(self, args: Tuple[Any, ...], kwargs: Any, plan_with_inputs: bool = False,
+               reuse_profile_of: Any = None) -> Tuple[capturing.Capture, torch.jit.ScriptModule, List[Any]]:
         flat, spec = capturing.flatten(args, kwargs)
         flags = capturing.training_flags(self.module)
         for i, (captured, rewritten) in enumerate(self._captures):
@@ -90,7 +103,7 @@ class CheckpointedModule(torch.nn.Module):
                 return captured, rewritten, flat
         captured = capturing.capture(self.module, args, kwargs)
         example = capturing.arguments(captured, flat) if plan_with_inputs else None
-        rewritten = self._rewrite(captured.scripted, example)
+        rewritten = self._rewrite(captured.scripted, example, reuse_profile_of)
         # A new capture keeps to what the limit meant for the others (a fraction's bytes; a batch of
         # one, which export captures apart, never stops training where a larger one trained).
         self._limit_so_far = max([self._limit_so_far] + [_C.limit_so_far(r._c) for _, r in self._captures])
