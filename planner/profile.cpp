@@ -11,12 +11,14 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
 #include "passes/partition/module.h"
 #include "passes/prologue.h"
 #include "planner/stage_measurements.h"
+#include "planner/twin_stages.h"
 #include "runtime/probes/memory_probe.h"
 #include "runtime/probes/stopwatch.h"
 #include "runtime/rng_state.h"
@@ -275,14 +277,26 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   SpanTracker spans;
   spans.add(0, current);
   std::vector<GradientLayouts> output_layouts(static_cast<size_t>(L) + 1);  // of a^l, as measured
+  std::unordered_map<std::string, int> measured;  // twinKey -> the stage measured
   for (int l = 1; l <= L; ++l) {
     StageProfile s;
-    s.label = runner.stages().stage(l).label;
-    warmUp(runner, l, current, options.warmup);
-    Tensors outputs = measureMemory(runner, l, current, *probe, s);
+    Tensors outputs;
+    const auto key = options.twin_stages ? twinKey(runner, l, current) : std::nullopt;
+    const auto twin = key ? measured.find(*key) : measured.end();
+    if (twin != measured.end()) {
+      s = twinProfile(runner, twin->second, profile.stages[twin->second - 1], l);
+      outputs = runner.forward(l, current);
+      profile.twin_of.push_back(twin->second);
+    } else {
+      s.label = runner.stages().stage(l).label;
+      warmUp(runner, l, current, options.warmup);
+      outputs = measureMemory(runner, l, current, *probe, s);
+      if (options.time_stages)
+        measureTimes(runner, l, current, options.repeats, device, *stopwatch, s);
+      if (key) measured.emplace(*key, l);
+      profile.twin_of.push_back(0);
+    }
     output_layouts[l] = s.output_layouts;
-    if (options.time_stages)
-      measureTimes(runner, l, current, options.repeats, device, *stopwatch, s);
     appendStage(c, s, l);
     profile.labels.push_back(s.label);
     profile.stages.push_back(std::move(s));

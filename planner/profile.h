@@ -47,6 +47,9 @@ struct ProfileOptions {
   // profiling a chain too big for its device or its limit neither runs out of memory nor passes
   // the limit; the times then stay unscaled. -1: no bound.
   int64_t whole_schedule_room = -1;
+  // Measure one stage of each set of twins (twin_stages.h: the same graph reading alike values)
+  // and give the others its measurements, running them forward only to reach the next stage.
+  bool twin_stages = true;
   // Bytes the forward holds from before the chain besides the chain's arguments, added to a^0
   // (PrologueRun::held_beyond_bytes): 0 where the prologue was not measured.
   int64_t held_before_chain_bytes = 0;
@@ -107,6 +110,9 @@ struct ChainProfile {
   solver::Costs costs;
   std::vector<std::string> labels;   // labels[l] for l = 0..L+1 ("input", stages, "loss")
   std::vector<StageProfile> stages;  // stages[l-1] for l = 1..L
+  // twin_of[l-1]: the stage whose measurements stage l took (ProfileOptions::twin_stages), 0
+  // where it was measured itself.
+  std::vector<int> twin_of;
   std::string device;
   // The no-checkpointing peak as the simulator predicts it from `costs`.
   int64_t unconstrained_peak = 0;

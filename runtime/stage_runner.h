@@ -111,6 +111,11 @@ class StageRunner {
   const ChainArguments& arguments() const { return arguments_; }
   // firstPositions of the lifted tensors, computed once per runner.
   size_t firstPosition(size_t position) const { return first_positions_.at(position); }
+  // Whether activation input i of stage l never requires grad at this call (a recorded run gives
+  // it no gradient edge).
+  bool inputNeverRequiresGrad(int l, size_t i) const {
+    return (*inputs_never_require_grad_).at(static_cast<size_t>(l) - 1).at(i);
+  }
   const std::vector<c10::Device>& devices() const { return devices_; }  // non-CPU, in use
 
   // F∅/Fck(l): outputs without an autograd graph (kept). A stage whose kernels depend on the

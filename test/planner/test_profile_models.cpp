@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/script.h>
 
+#include <algorithm>
 #include <string>
 
 #include "passes/partition/module.h"
@@ -97,6 +98,40 @@ TEST(ProfileModels, SizesWithoutWarmUpAtANewSize) {
   // (the tiny ResNet alone: on 2.14 each profile of resnet18 takes seconds)
   checkSizesWithoutWarmUp("tiny_resnet", torch::randn({4, 3, 32, 32}),
                           torch::randn({2, 3, 48, 40}));
+}
+
+// Twin stages (twin_stages.h) take the measurements of the first of them: resnet18's blocks
+// within a layer, the MLP's dropout layers, and the layers that apply one shared Linear (whose
+// gradient the chain sums), each gives the sizes that measuring every stage gives, byte for byte.
+void checkTwins(const std::string& name, const torch::Tensor& x, int expected_twins) {
+  const std::string path = fixture(name);
+  if (path.empty()) GTEST_SKIP() << name << ".pt not built (test/models/fixtures.py)";
+  torch::jit::Module m = torch::jit::load(path);
+  m.train();
+  const Partition partition = partitionModule(m);
+  ProfileOptions each = oneRepeatQuiet();
+  each.twin_stages = false;
+  const ChainProfile twins = profileChain(m, partition, {x}, oneRepeatQuiet());
+  const ChainProfile alone = profileChain(m, partition, {x}, each);
+  EXPECT_EQ(std::count_if(twins.twin_of.begin(), twins.twin_of.end(), [](int k) { return k > 0; }),
+            expected_twins);
+  EXPECT_EQ(std::count(alone.twin_of.begin(), alone.twin_of.end(), 0),
+            static_cast<int64_t>(partition.stages.size()));
+  for (auto field : {&solver::Costs::wa, &solver::Costs::wabar, &solver::Costs::wd,
+                     &solver::Costs::of, &solver::Costs::of_nograd, &solver::Costs::ob,
+                     &solver::Costs::wg, &solver::Costs::wd_handed})
+    EXPECT_EQ(twins.costs.*field, alone.costs.*field);
+  EXPECT_EQ(twins.costs.spans, alone.costs.spans);
+  EXPECT_EQ(twins.costs.held_output, alone.costs.held_output);
+  EXPECT_EQ(twins.measured_unconstrained_peak, alone.measured_unconstrained_peak);
+}
+
+TEST(ProfileModels, TwinStagesMeasureAsEachAlone) {
+  // (layer1's second block; the first stage of each MLP reads the chain input, which needs no
+  // gradient, and the others an activation that does)
+  checkTwins("resnet18", torch::randn({2, 3, 32, 32}), 1);
+  checkTwins("dropout_mlp", torch::randn({8, 16}), 2);
+  checkTwins("shared_parameter", torch::randn({8, 16}), 2);
 }
 
 TEST(ProfileModels, TinyResNet) { checkModel("tiny_resnet", torch::randn({4, 3, 32, 32}), 3); }
