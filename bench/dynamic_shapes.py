@@ -124,7 +124,14 @@ def summarize(rows: List[Dict]) -> Dict:
     plain = sum(r["plain_ms"] for r in rows)
     first = [r for r in rows if r["new_shape"]]
     later = [r for r in rows if not r["new_shape"]]
+    # A plain step's time spreads widely on a shared machine: each new shape's first step against
+    # the median plain step of that shape over the loop as well.
+    median_plain = {tuple(r["shape"]): statistics.median(q["plain_ms"] for q in rows if q["shape"] == r["shape"])
+                    for r in first}
+    in_median = [r["jitckpt_ms"] / median_plain[tuple(r["shape"])] for r in first]
     return {"steps": len(rows), "shapes": len(first), "total_time_ratio": sum(r["jitckpt_ms"] for r in rows) / plain,
+            "first_steps_in_median_plain_steps": in_median,
+            "later_first_steps_within_two": sum(x <= 2 for x in in_median[1:]),
             "first_step_in_plain_steps": statistics.median(r["jitckpt_ms"] / r["plain_ms"] for r in first),
             "first_step_in_plain_steps_max": max(r["jitckpt_ms"] / r["plain_ms"] for r in first),
             "seen_shape_time_ratio": statistics.median(r["jitckpt_ms"] / r["plain_ms"] for r in later) if later else None,
@@ -154,7 +161,10 @@ def main() -> None:
             print(f"{r['loop']}: stopped at step {r['error']['step']} ({r['error']['shape']})")
         print(f"{r['loop']}: {s['steps']} steps, {s['shapes']} shapes: total x{s['total_time_ratio']:.3f} of plain; "
               f"a new shape's first step {s['first_step_in_plain_steps']:.1f} plain steps (median; max "
-              f"{s['first_step_in_plain_steps_max']:.1f}); seen shapes x{s['seen_shape_time_ratio'] or 0:.3f}; "
+              f"{s['first_step_in_plain_steps_max']:.1f}); against the shape's median plain step, "
+              f"{s['later_first_steps_within_two']} of {s['shapes'] - 1} after the first within two "
+              f"({', '.join(f'{x:.1f}' for x in s['first_steps_in_median_plain_steps'])}); "
+              f"seen shapes x{s['seen_shape_time_ratio'] or 0:.3f}; "
               f"{s['exact']} exact, {s['within_limit']} within the limit (largest peak/limit "
               f"{s['largest_peak_over_limit']:.3f})")
     if args.out:
