@@ -157,7 +157,8 @@ class Comparison:
             export = self.args.front_end == "export"
             model = jitckpt.checkpoint(self.subject.eager() if export else self.subject.scripted(),
                                        self.subject.inputs, memory_limit=limit, reuse_profile_of=reuse,
-                                       profile_repeats=self.args.profile_repeats, front_end=self.args.front_end)
+                                       profile_repeats=self.args.profile_repeats, front_end=self.args.front_end,
+                                       cuts=self.args.cuts)
         step = self.step_of(model)
         step.plan = jitckpt.plan(model)
         step.module = model
@@ -300,6 +301,7 @@ def main() -> None:
     parser.add_argument("--profile-repeats", type=int, default=3)
     parser.add_argument("--front-end", default="script", choices=["script", "export"],
                         help="jitckpt takes the scripted model, or the eager one through torch.export")
+    parser.add_argument("--cuts", default="cheapest", choices=["cheapest", "every"], help="jitckpt's cuts")
     parser.add_argument("--no-pair", dest="pair", action="store_false", help="no paired optimal points")
     parser.add_argument("--threads", type=int, default=0, help="intra-op CPU threads (0: one per core)")
     parser.add_argument("--no-onednn", action="store_true",
