@@ -359,19 +359,22 @@ def test_eval_mode_captures_again():
     assert len(model._captures) == 2  # a capture per training flag, the second eval call reused
 
 
+class DataDependent(torch.nn.Module):
+    """Branches on data: export cannot capture it, TorchScript can script it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+            if bool(x.sum() > 0):  # a branch on data: export cannot capture it
+                x = x * 2
+        return x
+
+
 def test_models_export_cannot_capture_fall_back_to_torchscript_or_say_why():
-    class DataDependent(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(4))
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            for layer in self.layers:
-                x = torch.relu(layer(x))
-                if bool(x.sum() > 0):  # a branch on data: export cannot capture it
-                    x = x * 2
-            return x
-
     x = torch.randn(4, 8)
     with pytest.raises(capture.CaptureError, match=r"could not capture DataDependent with torch.export .*"
                                                    r"data-dependent.*test_eager_modules.py"):
@@ -460,18 +463,6 @@ def test_a_copy_or_a_saved_module_trains_its_own_parameters(how, tmp_path):
 
 
 def test_a_copy_of_a_module_that_trains_through_torchscript_scripts_its_own():
-    class DataDependent(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(4))
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            for layer in self.layers:
-                x = torch.relu(layer(x))
-                if bool(x.sum() > 0):  # a branch on data: export cannot capture it
-                    x = x * 2
-            return x
-
     x = torch.randn(64, 8)
     original = jitckpt.checkpoint(DataDependent(), memory_limit="min", profile_repeats=1)
     with pytest.warns(UserWarning, match="trains through TorchScript instead"):
