@@ -5,8 +5,13 @@ unmodified model, step by step on the same batches (--front-end export: the eage
 torch.export, beside the eager model). Each step's gradients are compared bit for
 bit, its measured peak against the limit of the plan it ran, and both steps are timed.
 
-    PYTHONPATH=build/python:bench /usr/bin/python3 bench/dynamic_shapes.py --limit 0.7 \\
-        --out bench/results/cpu/dynamic-shapes.json
+    OMP_WAIT_POLICY=PASSIVE PYTHONPATH=build/python:bench /usr/bin/python3 bench/dynamic_shapes.py \\
+        --limit 0.7 --rounds 3 --out bench/results/cpu/dynamic-shapes/jitckpt-0.7.json
+
+OMP_WAIT_POLICY=PASSIVE: Debian's PyTorch runs matrix products in OpenBLAS's own threads beside
+its OpenMP threads, which spin while they wait; on two cores the two pools take turns, and a
+plain step of this model takes twice as long and spreads by 2x from step to step (measured in
+docs/benchmarks.md). Passive OpenMP threads leave the cores to OpenBLAS. Both models run alike.
 
 Both models run outside TorchScript's optimizing executor, as the tests do: after its profiling
 runs it differentiates the plain model through its own graphs, whose gradients differ from the
@@ -15,7 +20,9 @@ model's in the last bits (--optimized-execution turns it on for both).
 Loops: "lengths", --steps batches of --batch sequences whose length is drawn from 64..256 in
 steps of 16 (every length once, then drawn again), and "epoch", batches of one length whose last
 batch is smaller. Summary: total time against plain, the first step of a new shape in plain
-steps, the steps at a shape seen before, and the largest peak over its limit.
+steps, the steps at a shape seen before, and the largest peak over its limit. With --rounds, each
+loop runs again with fresh models on the same batches, and the summary gives each figure's median
+over the rounds (one step's time spreads by up to 2x on a shared machine).
 """
 import argparse
 import os
@@ -37,6 +44,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import families  # noqa: E402
 
 LENGTHS = list(range(64, 257, 16))
+# Read by OpenMP and OpenBLAS when torch loads; recorded with the results (see the docstring).
+THREADING_VARIABLES = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 def batches(loop: str, steps: int, batch: int, seed: int) -> List[torch.Size]:
@@ -139,6 +148,27 @@ def summarize(rows: List[Dict]) -> Dict:
             "largest_peak_over_limit": max(r["peak"] / r["limit"] for r in rows)}
 
 
+def over_rounds(rounds: List[Dict]) -> Dict:
+    """A loop run several times: each round's summary, and the medians across rounds (per new shape
+    for its first step against that round's median plain step of the shape)."""
+    summaries = [r["summary"] for r in rounds]
+    per_shape = [statistics.median(s["first_steps_in_median_plain_steps"][k] for s in summaries)
+                 for k in range(min(len(s["first_steps_in_median_plain_steps"]) for s in summaries))]
+    return {"loop": rounds[0]["loop"], "rounds": rounds,
+            "summary": {"rounds": len(rounds), "steps": sum(s["steps"] for s in summaries), "shapes": summaries[0]["shapes"],
+                        "total_time_ratio": statistics.median(s["total_time_ratio"] for s in summaries),
+                        "total_time_ratios": [s["total_time_ratio"] for s in summaries],
+                        "first_steps_in_median_plain_steps": per_shape,
+                        "later_first_steps_within_two": sum(x <= 2 for x in per_shape[1:]),
+                        "first_step_in_plain_steps": statistics.median(s["first_step_in_plain_steps"]
+                                                                       for s in summaries),
+                        "first_step_in_plain_steps_max": max(s["first_step_in_plain_steps_max"] for s in summaries),
+                        "seen_shape_time_ratio": statistics.median(s["seen_shape_time_ratio"] or 0 for s in summaries),
+                        "exact": sum(s["exact"] for s in summaries),
+                        "within_limit": sum(s["within_limit"] for s in summaries),
+                        "largest_peak_over_limit": max(s["largest_peak_over_limit"] for s in summaries)}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", default="0.7", help='memory_limit: a fraction, bytes, "min" or "auto"')
@@ -146,6 +176,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each loop, fresh models on the same batches")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--optimized-execution", action="store_true")
     parser.add_argument("--front-end", default="script", choices=["script", "export"],
@@ -154,11 +185,19 @@ def main() -> None:
     args = parser.parse_args()
     args.limit = float(args.limit) if args.limit.replace(".", "", 1).isdigit() else args.limit
     threads = use_threads(args.threads)
-    results = [run(args, loop) for loop in args.loops.split(",")]
+    results = []
+    for loop in args.loops.split(","):
+        rounds = [run(args, loop) for _ in range(args.rounds)]
+        results.append(rounds[0] if args.rounds == 1 else over_rounds(rounds))
     for r in results:
         s = r["summary"]
-        if "error" in r:
-            print(f"{r['loop']}: stopped at step {r['error']['step']} ({r['error']['shape']})")
+        if args.rounds > 1:
+            print(f"{r['loop']}: medians over {args.rounds} rounds (total in each: "
+                  f"{', '.join(f'x{x:.3f}' for x in s['total_time_ratios'])}); steps, exact and within "
+                  f"counted over all rounds")
+        if "error" in r or any("error" in q for q in r.get("rounds", [])):
+            error = r.get("error") or next(q["error"] for q in r["rounds"] if "error" in q)
+            print(f"{r['loop']}: stopped at step {error['step']} ({error['shape']})")
         print(f"{r['loop']}: {s['steps']} steps, {s['shapes']} shapes: total x{s['total_time_ratio']:.3f} of plain; "
               f"a new shape's first step {s['first_step_in_plain_steps']:.1f} plain steps (median; max "
               f"{s['first_step_in_plain_steps_max']:.1f}); against the shape's median plain step, "
@@ -170,7 +209,9 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             records.dump({"command": "bench/dynamic_shapes.py " + " ".join(sys.argv[1:]), "torch": torch.__version__,
-                          "threads": threads, "machine": platform.machine(), "results": results}, f)
+                          "threads": threads, "machine": platform.machine(),
+                          "environment": {k: os.environ[k] for k in THREADING_VARIABLES if k in os.environ},
+                          "results": results}, f)
 
 
 if __name__ == "__main__":
