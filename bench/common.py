@@ -28,6 +28,15 @@ def pyplot():
     return plt
 
 
+# Read by OpenMP and OpenBLAS when torch loads (bench/dynamic_shapes.py says why they matter).
+THREADING_VARIABLES = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def threading_environment() -> Dict[str, str]:
+    """The threading variables a run was started with, for its record."""
+    return {k: os.environ[k] for k in THREADING_VARIABLES if k in os.environ}
+
+
 def use_threads(threads: int = 0) -> int:
     """Sets the intra-op thread count (0: one per core) and returns it. Set explicitly: some
     machines' OpenMP starts with one thread whatever the core count (seen on the 2-core CI kind,

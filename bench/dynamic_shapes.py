@@ -38,14 +38,12 @@ import torch.nn.functional as F
 
 import jitckpt
 import records
-from common import use_threads
+from common import threading_environment, use_threads
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models"))
 import families  # noqa: E402
 
 LENGTHS = list(range(64, 257, 16))
-# Read by OpenMP and OpenBLAS when torch loads; recorded with the results (see the docstring).
-THREADING_VARIABLES = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 def batches(loop: str, steps: int, batch: int, seed: int) -> List[torch.Size]:
@@ -152,6 +150,7 @@ def over_rounds(rounds: List[Dict]) -> Dict:
     """A loop run several times: each round's summary, and the medians across rounds (per new shape
     for its first step against that round's median plain step of the shape)."""
     summaries = [r["summary"] for r in rounds]
+    seen = [s["seen_shape_time_ratio"] for s in summaries if s["seen_shape_time_ratio"] is not None]
     per_shape = [statistics.median(s["first_steps_in_median_plain_steps"][k] for s in summaries)
                  for k in range(min(len(s["first_steps_in_median_plain_steps"]) for s in summaries))]
     return {"loop": rounds[0]["loop"], "rounds": rounds,
@@ -163,7 +162,7 @@ def over_rounds(rounds: List[Dict]) -> Dict:
                         "first_step_in_plain_steps": statistics.median(s["first_step_in_plain_steps"]
                                                                        for s in summaries),
                         "first_step_in_plain_steps_max": max(s["first_step_in_plain_steps_max"] for s in summaries),
-                        "seen_shape_time_ratio": statistics.median(s["seen_shape_time_ratio"] or 0 for s in summaries),
+                        "seen_shape_time_ratio": statistics.median(seen) if seen else None,
                         "exact": sum(s["exact"] for s in summaries),
                         "within_limit": sum(s["within_limit"] for s in summaries),
                         "largest_peak_over_limit": max(s["largest_peak_over_limit"] for s in summaries)}}
@@ -203,14 +202,14 @@ def main() -> None:
               f"{s['first_step_in_plain_steps_max']:.1f}); against the shape's median plain step, "
               f"{s['later_first_steps_within_two']} of {s['shapes'] - 1} after the first within two "
               f"({', '.join(f'{x:.1f}' for x in s['first_steps_in_median_plain_steps'])}); "
-              f"seen shapes x{s['seen_shape_time_ratio'] or 0:.3f}; "
+              f"seen shapes {'none' if s['seen_shape_time_ratio'] is None else 'x' + format(s['seen_shape_time_ratio'], '.3f')}; "
               f"{s['exact']} exact, {s['within_limit']} within the limit (largest peak/limit "
               f"{s['largest_peak_over_limit']:.3f})")
     if args.out:
         with open(args.out, "w") as f:
             records.dump({"command": "bench/dynamic_shapes.py " + " ".join(sys.argv[1:]), "torch": torch.__version__,
                           "threads": threads, "machine": platform.machine(),
-                          "environment": {k: os.environ[k] for k in THREADING_VARIABLES if k in os.environ},
+                          "environment": threading_environment(),
                           "results": results}, f)
 
 

@@ -49,7 +49,8 @@ import torch
 import jitckpt
 import peer_methods
 import records
-from common import TrainingStep, is_out_of_memory, loss_of, paired_ratios, release_memory, step_peak, use_threads
+from common import (TrainingStep, is_out_of_memory, loss_of, paired_ratios, release_memory, step_peak,
+                    threading_environment, use_threads)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models"))  # the model zoo
 import families
 import zoo
@@ -258,7 +259,7 @@ def write(args: argparse.Namespace, comparison: Comparison) -> None:
         writer.writerows(rows)
     settings = {k: v for k, v in vars(args).items() if k != "out"}
     settings.update({"torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.node(),
-                     "command": "bench/peers.py " + " ".join(sys.argv[1:])})
+                     "command": "bench/peers.py " + " ".join(sys.argv[1:]), "environment": threading_environment()})
     if args.device.startswith("cuda"):
         settings["gpu"] = torch.cuda.get_device_name()
     with open(base + ".json", "w") as f:
