@@ -18,6 +18,7 @@
 #include "passes/partition/module.h"
 #include "passes/prologue.h"
 #include "planner/stage_measurements.h"
+#include "planner/twin_outputs.h"
 #include "planner/twin_stages.h"
 #include "runtime/probes/memory_probe.h"
 #include "runtime/probes/stopwatch.h"
@@ -278,6 +279,10 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   spans.add(0, current);
   std::vector<GradientLayouts> output_layouts(static_cast<size_t>(L) + 1);  // of a^l, as measured
   std::unordered_map<std::string, int> measured;  // twinKey -> the stage measured
+  // Per stage measured, where its twins' outputs can be made without running them.
+  std::vector<std::optional<TwinOutputLayout>> twin_layouts(static_cast<size_t>(L) + 1);
+  const bool twin_outputs = options.twin_stages && options.twin_outputs && !options.time_stages &&
+                            sizesIgnoreValues(runner.stages());
   for (int l = 1; l <= L; ++l) {
     StageProfile s;
     Tensors outputs;
@@ -285,7 +290,9 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
     const auto twin = key ? measured.find(*key) : measured.end();
     if (twin != measured.end()) {
       s = twinProfile(runner, twin->second, profile.stages[twin->second - 1], l);
-      outputs = runner.forward(l, current);
+      const auto& layout = twin_layouts[twin->second];
+      outputs = layout ? twinOutputs(*layout, current) : runner.forward(l, current);
+      profile.twins_not_run += layout ? 1 : 0;
       profile.twin_of.push_back(twin->second);
     } else {
       s.label = runner.stages().stage(l).label;
@@ -294,6 +301,9 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
       if (options.time_stages)
         measureTimes(runner, l, current, options.repeats, device, *stopwatch, s);
       if (key) measured.emplace(*key, l);
+      if (key && twin_outputs)
+        twin_layouts[l] = twinOutputLayout(current, outputs, arguments.lifted_tensors,
+                                           *runner.stages().stage(l).graph);
       profile.twin_of.push_back(0);
     }
     output_layouts[l] = s.output_layouts;

@@ -50,6 +50,9 @@ struct ProfileOptions {
   // Measure one stage of each set of twins (twin_stages.h: the same graph reading alike values)
   // and give the others its measurements, running them forward only to reach the next stage.
   bool twin_stages = true;
+  // In a profile of sizes alone, a twin's outputs laid out as the measured stage's, without its
+  // forward run, where no stage's memory can depend on values (twin_outputs.h).
+  bool twin_outputs = true;
   // Bytes the forward holds from before the chain besides the chain's arguments, added to a^0
   // (PrologueRun::held_beyond_bytes): 0 where the prologue was not measured.
   int64_t held_before_chain_bytes = 0;
@@ -113,6 +116,8 @@ struct ChainProfile {
   // twin_of[l-1]: the stage whose measurements stage l took (ProfileOptions::twin_stages), 0
   // where it was measured itself.
   std::vector<int> twin_of;
+  int twins_not_run =
+      0;  // twins whose outputs were made without a run (ProfileOptions::twin_outputs)
   std::string device;
   // The no-checkpointing peak as the simulator predicts it from `costs`.
   int64_t unconstrained_peak = 0;

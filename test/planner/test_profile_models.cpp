@@ -134,6 +134,44 @@ TEST(ProfileModels, TwinStagesMeasureAsEachAlone) {
   checkTwins("shared_parameter", torch::randn({8, 16}), 2);
 }
 
+// In a profile of sizes alone, twins whose outputs are made as the measured stage's lie (not run,
+// twin_outputs.h) give the stages after them what running them gives, byte for byte.
+void checkTwinOutputs(const std::string& name, const torch::Tensor& profiled,
+                      const torch::Tensor& other, int expected_not_run) {
+  const std::string path = fixture(name);
+  if (path.empty()) GTEST_SKIP() << name << ".pt not built (test/models/fixtures.py)";
+  torch::jit::Module m = torch::jit::load(path);
+  m.train();
+  const Partition partition = partitionModule(m);
+  profileChain(m, partition, {profiled}, oneRepeatQuiet());
+  ProfileOptions made = oneRepeatQuiet();
+  made.time_stages = false;
+  made.warmup = 0;
+  made.measure_unconstrained_peak = false;
+  ProfileOptions run = made;
+  run.twin_outputs = false;
+  const ChainProfile with = profileChain(m, partition, {other}, made);
+  const ChainProfile without = profileChain(m, partition, {other}, run);
+  EXPECT_EQ(with.twins_not_run, expected_not_run);
+  EXPECT_EQ(without.twins_not_run, 0);
+  EXPECT_EQ(with.twin_of, without.twin_of);
+  for (auto field : {&solver::Costs::wa, &solver::Costs::wabar, &solver::Costs::wd,
+                     &solver::Costs::of, &solver::Costs::of_nograd, &solver::Costs::ob,
+                     &solver::Costs::wg, &solver::Costs::wd_handed})
+    EXPECT_EQ(with.costs.*field, without.costs.*field);
+  EXPECT_EQ(with.costs.spans, without.costs.spans);
+  EXPECT_EQ(with.costs.held_output, without.costs.held_output);
+}
+
+TEST(ProfileModels, TwinOutputsMadeWithoutRunningGiveTheSameSizes) {
+  // (tiny_llama: its four twins, which pass the rotary tables on and carry sizes as tensors.
+  // resnet18: BatchNorm's scripted forward branches on its flags, so its chain runs every twin.)
+  checkTwinOutputs("tiny_llama", torch::randint(0, 64, {2, 16}), torch::randint(0, 64, {3, 24}), 4);
+  checkTwinOutputs("resnet18", torch::randn({2, 3, 32, 32}), torch::randn({3, 3, 40, 32}), 0);
+  checkTwinOutputs("dropout_mlp", torch::randn({8, 16}), torch::randn({5, 16}), 2);
+  checkTwinOutputs("shared_parameter", torch::randn({8, 16}), torch::randn({5, 16}), 2);
+}
+
 TEST(ProfileModels, TinyResNet) { checkModel("tiny_resnet", torch::randn({4, 3, 32, 32}), 3); }
 
 TEST(ProfileModels, ResNet18) { checkModel("resnet18", torch::randn({2, 3, 32, 32}), 8); }
