@@ -24,6 +24,25 @@ ProfileOptions oneRepeatQuiet() {
   return options;
 }
 
+// A re-plan's profile: sizes alone, without a warm-up run or a run of the whole schedule.
+ProfileOptions sizesAlone() {
+  ProfileOptions options = oneRepeatQuiet();
+  options.time_stages = false;
+  options.warmup = 0;
+  options.measure_unconstrained_peak = false;
+  return options;
+}
+
+// Every size two profiles measure, byte for byte.
+void expectSameSizes(const ChainProfile& a, const ChainProfile& b) {
+  for (auto field : {&solver::Costs::wa, &solver::Costs::wabar, &solver::Costs::wd,
+                     &solver::Costs::of, &solver::Costs::of_nograd, &solver::Costs::ob,
+                     &solver::Costs::wg, &solver::Costs::wd_handed})
+    EXPECT_EQ(a.costs.*field, b.costs.*field);
+  EXPECT_EQ(a.costs.spans, b.costs.spans);
+  EXPECT_EQ(a.costs.held_output, b.costs.held_output);
+}
+
 void checkModel(const std::string& name, const torch::Tensor& x, size_t min_stages) {
   const std::string path = fixture(name);
   if (path.empty()) GTEST_SKIP() << name << ".pt not built (test/models/fixtures.py)";
@@ -77,10 +96,7 @@ void checkSizesWithoutWarmUp(const std::string& name, const torch::Tensor& profi
   m.train();
   const Partition partition = partitionModule(m);
   profileChain(m, partition, {profiled}, oneRepeatQuiet());
-  ProfileOptions sizes_only = oneRepeatQuiet();
-  sizes_only.time_stages = false;
-  sizes_only.warmup = 0;
-  sizes_only.measure_unconstrained_peak = false;
+  ProfileOptions sizes_only = sizesAlone();
   const ChainProfile first = profileChain(m, partition, {other}, sizes_only);
   ASSERT_FALSE(first.ran_unconstrained);
   sizes_only.warmup = 1;
@@ -117,12 +133,7 @@ void checkTwins(const std::string& name, const torch::Tensor& x, int expected_tw
             expected_twins);
   EXPECT_EQ(std::count(alone.twin_of.begin(), alone.twin_of.end(), 0),
             static_cast<int64_t>(partition.stages.size()));
-  for (auto field : {&solver::Costs::wa, &solver::Costs::wabar, &solver::Costs::wd,
-                     &solver::Costs::of, &solver::Costs::of_nograd, &solver::Costs::ob,
-                     &solver::Costs::wg, &solver::Costs::wd_handed})
-    EXPECT_EQ(twins.costs.*field, alone.costs.*field);
-  EXPECT_EQ(twins.costs.spans, alone.costs.spans);
-  EXPECT_EQ(twins.costs.held_output, alone.costs.held_output);
+  expectSameSizes(twins, alone);
   EXPECT_EQ(twins.measured_unconstrained_peak, alone.measured_unconstrained_peak);
 }
 
@@ -144,23 +155,14 @@ void checkTwinOutputs(const std::string& name, const torch::Tensor& profiled,
   m.train();
   const Partition partition = partitionModule(m);
   profileChain(m, partition, {profiled}, oneRepeatQuiet());
-  ProfileOptions made = oneRepeatQuiet();
-  made.time_stages = false;
-  made.warmup = 0;
-  made.measure_unconstrained_peak = false;
-  ProfileOptions run = made;
+  ProfileOptions run = sizesAlone();
   run.twin_outputs = false;
-  const ChainProfile with = profileChain(m, partition, {other}, made);
+  const ChainProfile with = profileChain(m, partition, {other}, sizesAlone());
   const ChainProfile without = profileChain(m, partition, {other}, run);
   EXPECT_EQ(with.twins_not_run, expected_not_run);
   EXPECT_EQ(without.twins_not_run, 0);
   EXPECT_EQ(with.twin_of, without.twin_of);
-  for (auto field : {&solver::Costs::wa, &solver::Costs::wabar, &solver::Costs::wd,
-                     &solver::Costs::of, &solver::Costs::of_nograd, &solver::Costs::ob,
-                     &solver::Costs::wg, &solver::Costs::wd_handed})
-    EXPECT_EQ(with.costs.*field, without.costs.*field);
-  EXPECT_EQ(with.costs.spans, without.costs.spans);
-  EXPECT_EQ(with.costs.held_output, without.costs.held_output);
+  expectSameSizes(with, without);
 }
 
 TEST(ProfileModels, TwinOutputsMadeWithoutRunningGiveTheSameSizes) {
