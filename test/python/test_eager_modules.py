@@ -400,6 +400,20 @@ def test_models_export_cannot_capture_fall_back_to_torchscript_or_say_why():
         jitckpt.checkpoint(torch.jit.script(DataDependent()), front_end="export")
 
 
+def test_a_limit_no_schedule_fits_says_so_in_jitckpts_words():
+    """Planned at the first training call, inside the rewritten module: the error is jitckpt's, not
+    TorchScript's interpreter's report around it, and the model loses nothing."""
+    model = hf_style.make("causal_lm")
+    before = [p.detach().clone() for p in model.parameters()]
+    checkpointed = jitckpt.checkpoint(model, memory_limit=1024, profile_repeats=1)
+    with pytest.raises(RuntimeError) as raised:
+        checkpointed(**hf_batches("causal_lm")[0]).loss.backward()
+    message = str(raised.value)
+    assert message.startswith("jitckpt: ") and "TorchScript" not in message, message
+    assert "the smallest limit that works is" in message, message
+    assert all(torch.equal(a, b) and b.grad is None for a, b in zip(before, model.parameters()))
+
+
 def test_a_batch_of_one_keeps_the_bytes_a_fraction_meant_at_a_larger_batch():
     """Export specializes a size of one, so a batch of one is captured apart: it keeps to the bytes
     the fraction meant for the larger batch, where the fraction of its own peak fits no schedule,

@@ -7,8 +7,9 @@ gradients disabled run the model itself. Parameters and buffers are the model's 
 state_dict and BatchNorm statistics stay with it. A model that export cannot capture trains through
 a fallback where one is given (TorchScript, for "auto"), with one warning.
 """
+import contextlib
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -18,6 +19,21 @@ from . import capture as capturing
 # (captured graph or model, example inputs or None, a module whose profile to reuse or None)
 Rewrite = Callable[[torch.jit.ScriptModule, Optional[Sequence[Any]], Any], torch.jit.ScriptModule]
 Fallback = Callable[[torch.nn.Module, Optional[Sequence[Any]], Any], torch.jit.ScriptModule]
+
+
+@contextlib.contextmanager
+def _jitckpt_errors_alone() -> Iterator[None]:
+    """jitckpt's own errors (a limit no schedule fits at the first call, say) as jitckpt says them:
+    raised inside the rewritten module, they come wrapped in a report of TorchScript's interpreter,
+    which the user of an eager model never asked for."""
+    try:
+        yield
+    except RuntimeError as error:
+        text = str(error)
+        start = text.find("jitckpt: ")
+        if start <= 0 or "TorchScript" not in text[:start]:
+            raise
+        raise RuntimeError(text[start:].strip()) from None
 
 
 class CheckpointedModule(torch.nn.Module):
@@ -69,16 +85,17 @@ class CheckpointedModule(torch.nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():
             return self.module(*args, **kwargs)
-        if self._scripted is not None:
-            return self._scripted(*args, **kwargs)
-        try:
-            captured, rewritten, flat = self._entry(args, kwargs)
-        except capturing.CaptureError as error:
-            if self._fallback is None or self._captures:
-                raise
-            self._take_fallback(error, None)
-            return self._scripted(*args, **kwargs)
-        return capturing.outputs(captured, rewritten(*capturing.arguments(captured, flat)))
+        with _jitckpt_errors_alone():
+            if self._scripted is not None:
+                return self._scripted(*args, **kwargs)
+            try:
+                captured, rewritten, flat = self._entry(args, kwargs)
+            except capturing.CaptureError as error:
+                if self._fallback is None or self._captures:
+                    raise
+                self._take_fallback(error, None)
+                return self._scripted(*args, **kwargs)
+            return capturing.outputs(captured, rewritten(*capturing.arguments(captured, flat)))
 
     def _take_fallback(self, error: Exception, example_inputs: Optional[Sequence[Any]],
                        reuse_profile_of: Any = None) -> None:
