@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "runtime/data_sizes.h"
+
 namespace jitckpt {
 namespace {
 
@@ -18,26 +20,15 @@ const c10::StorageImpl* storageOf(const at::Tensor& t) {
   return t.defined() && t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr;
 }
 
-// Ops that read a tensor's values into the host (a number, a flag, a check), or may: an autocast
-// block runs a graph of its own. A number carried in a 0-dim tensor (a stage input, or made from
-// a number in the stage: the partition's scalar carriers) is read from a real tensor or from a
-// copy of a number made from sizes alone: the fresh outputs of zeros hold more than one element.
+// Ops that read a tensor's values into a flag or a check on the host, or may: an autocast block
+// runs a graph of its own. A number read from a carrier (readsTensorIntoNumber) is read from a real
+// tensor or from a copy of a number made from sizes alone: the fresh outputs of zeros hold more
+// than one element.
 bool readsValues(const Node* n) {
-  static const std::unordered_set<std::string> numbers = {
-      "aten::item",          "aten::_local_scalar_dense",
-      "aten::Int",           "aten::Float",
-      "aten::Bool",          "aten::IntImplicit",
-      "aten::FloatImplicit", "aten::ScalarImplicit",
-      "aten::tolist",        "prim::tolist"};
-  static const std::unordered_set<std::string> checks = {"aten::is_nonzero", "aten::equal",
-                                                         "aten::allclose", "aten::_assert_async",
-                                                         "jitckpt::autocast_block"};
-  static const std::unordered_set<std::string> carriers = {"prim::Param", "prim::NumToTensor",
-                                                           "aten::tensor", "aten::scalar_tensor"};
-  const std::string kind = n->kind().toQualString();
-  if (checks.count(kind)) return true;
-  if (!numbers.count(kind)) return false;
-  return n->inputs().empty() || !carriers.count(n->input(0)->node()->kind().toQualString());
+  static const std::unordered_set<std::string> checks = {
+      "aten::Bool",     "aten::is_nonzero",    "aten::equal",
+      "aten::allclose", "aten::_assert_async", "jitckpt::autocast_block"};
+  return checks.count(n->kind().toQualString()) || readsTensorIntoNumber(n);
 }
 
 bool valuesStayOnDevice(const Block& block) {

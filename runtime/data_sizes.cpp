@@ -54,31 +54,12 @@ const std::unordered_set<std::string>& alwaysSizedByData() {
   return kinds;
 }
 
-// Ops that read a tensor as a number, which the graph may use as a size.
-const std::unordered_set<std::string>& readAsNumber() {
-  static const std::unordered_set<std::string> kinds = {
-      "aten::item",        "aten::Int",           "aten::Float",
-      "aten::IntImplicit", "aten::FloatImplicit", "aten::ScalarImplicit",
-      "aten::tolist",      "prim::tolist"};
-  return kinds;
-}
-
-// A number carried across a cut as a tensor (a size: the partition's scalar carriers), read back
-// in the stage that made the tensor or in a later one. Where it came from values, the stage that
-// computed it holds the op.
-bool carriedNumber(const Value* v) {
-  static const std::unordered_set<std::string> kinds = {"prim::Param", "aten::tensor",
-                                                        "prim::NumToTensor", "aten::scalar_tensor"};
-  return kinds.count(v->node()->kind().toQualString()) > 0;
-}
-
 bool holdsTensor(const Value* v) { return v->type()->kind() == c10::TypeKind::TensorType; }
 
 bool sizedByData(const Node* n, ModelState& state) {
   const std::string kind = n->kind().toQualString();
   if (alwaysSizedByData().count(kind)) return true;
-  if (readAsNumber().count(kind))
-    return !n->inputs().empty() && holdsTensor(n->input(0)) && !carriedNumber(n->input(0));
+  if (readsTensorIntoNumber(n)) return true;
   // x[mask] keeps as many rows as the mask has true entries; an index of integers gives its own
   // shape, which the graph does not tell apart from a mask, unless it holds the model's state.
   if (kind == "aten::index") {
@@ -107,6 +88,26 @@ bool anySizedByData(const torch::jit::Block* block, ModelState& state) {
 }
 
 }  // namespace
+
+bool readsTensorIntoNumber(const Node* n) {
+  static const std::unordered_set<std::string> kinds = {"aten::item",
+                                                        "aten::_local_scalar_dense",
+                                                        "aten::Int",
+                                                        "aten::Float",
+                                                        "aten::IntImplicit",
+                                                        "aten::FloatImplicit",
+                                                        "aten::ScalarImplicit",
+                                                        "aten::tolist",
+                                                        "prim::tolist"};
+  // A number carried across a cut in a 0-dim tensor (a size: the partition's scalar carriers) is
+  // read back in the stage that made the tensor or in a later one; where it came from values, the
+  // stage that computed it holds the op.
+  static const std::unordered_set<std::string> carriers = {
+      "prim::Param", "aten::tensor", "prim::NumToTensor", "aten::scalar_tensor"};
+  if (!kinds.count(n->kind().toQualString()) || n->inputs().empty()) return false;
+  const Value* read = n->input(0);
+  return holdsTensor(read) && !carriers.count(read->node()->kind().toQualString());
+}
 
 bool makesTensorsSizedByData(const StageSpec& stage, const std::vector<LiftedSpec>& lifted) {
   ModelState state(stage, lifted);

@@ -15,4 +15,8 @@ namespace jitckpt {
 
 bool makesTensorsSizedByData(const StageSpec& stage, const std::vector<LiftedSpec>& lifted);
 
+// Whether `n` reads a tensor's values into a number on the host (item, Int, tolist, ...), other
+// than a number the partition carries across a cut in a 0-dim tensor, which sizes alone made.
+bool readsTensorIntoNumber(const torch::jit::Node* n);
+
 }  // namespace jitckpt
