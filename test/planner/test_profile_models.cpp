@@ -5,7 +5,9 @@
 #include <torch/script.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "passes/partition/module.h"
 #include "planner/profile.h"
@@ -15,7 +17,20 @@
 namespace jitckpt {
 namespace {
 
-using test::fixture;
+// A fixture model in training mode and its partition; nothing where the fixture is not built.
+struct TrainedFixture {
+  torch::jit::Module module;
+  Partition partition;
+};
+
+std::optional<TrainedFixture> loadTrained(const std::string& name) {
+  const std::string path = test::fixture(name);
+  if (path.empty()) return std::nullopt;
+  torch::jit::Module m = torch::jit::load(path);
+  m.train();
+  Partition partition = partitionModule(m);
+  return TrainedFixture{m, std::move(partition)};
+}
 
 ProfileOptions oneRepeatQuiet() {
   ProfileOptions options;
@@ -44,11 +59,10 @@ void expectSameSizes(const ChainProfile& a, const ChainProfile& b) {
 }
 
 void checkModel(const std::string& name, const torch::Tensor& x, size_t min_stages) {
-  const std::string path = fixture(name);
-  if (path.empty()) GTEST_SKIP() << name << ".pt not built (test/models/fixtures.py)";
-  torch::jit::Module m = torch::jit::load(path);
-  m.train();
-  Partition partition = partitionModule(m);
+  std::optional<TrainedFixture> fixture = loadTrained(name);
+  if (!fixture) GTEST_SKIP() << name << ".pt not built (test/models/fixtures.py)";
+  torch::jit::Module& m = fixture->module;
+  const Partition& partition = fixture->partition;
   ASSERT_GE(partition.stages.size(), min_stages);
   std::vector<torch::Tensor> buffers;
   for (const auto& b : m.named_buffers()) buffers.push_back(b.value.clone());
@@ -90,11 +104,10 @@ void checkModel(const std::string& name, const torch::Tensor& x, size_t min_stag
 // them.
 void checkSizesWithoutWarmUp(const std::string& name, const torch::Tensor& profiled,
                              const torch::Tensor& other) {
-  const std::string path = fixture(name);
-  if (path.empty()) GTEST_SKIP() << name << ".pt not built (test/models/fixtures.py)";
-  torch::jit::Module m = torch::jit::load(path);
-  m.train();
-  const Partition partition = partitionModule(m);
+  std::optional<TrainedFixture> fixture = loadTrained(name);
+  if (!fixture) GTEST_SKIP() << name << ".pt not built (test/models/fixtures.py)";
+  torch::jit::Module& m = fixture->module;
+  const Partition& partition = fixture->partition;
   profileChain(m, partition, {profiled}, oneRepeatQuiet());
   ProfileOptions sizes_only = sizesAlone();
   const ChainProfile first = profileChain(m, partition, {other}, sizes_only);
@@ -120,11 +133,10 @@ TEST(ProfileModels, SizesWithoutWarmUpAtANewSize) {
 // within a layer, the MLP's dropout layers, and the layers that apply one shared Linear (whose
 // gradient the chain sums), each gives the sizes that measuring every stage gives, byte for byte.
 void checkTwins(const std::string& name, const torch::Tensor& x, int expected_twins) {
-  const std::string path = fixture(name);
-  if (path.empty()) GTEST_SKIP() << name << ".pt not built (test/models/fixtures.py)";
-  torch::jit::Module m = torch::jit::load(path);
-  m.train();
-  const Partition partition = partitionModule(m);
+  std::optional<TrainedFixture> fixture = loadTrained(name);
+  if (!fixture) GTEST_SKIP() << name << ".pt not built (test/models/fixtures.py)";
+  torch::jit::Module& m = fixture->module;
+  const Partition& partition = fixture->partition;
   ProfileOptions each = oneRepeatQuiet();
   each.twin_stages = false;
   const ChainProfile twins = profileChain(m, partition, {x}, oneRepeatQuiet());
@@ -149,11 +161,10 @@ TEST(ProfileModels, TwinStagesMeasureAsEachAlone) {
 // twin_outputs.h) give the stages after them what running them gives, byte for byte.
 void checkTwinOutputs(const std::string& name, const torch::Tensor& profiled,
                       const torch::Tensor& other, int expected_not_run) {
-  const std::string path = fixture(name);
-  if (path.empty()) GTEST_SKIP() << name << ".pt not built (test/models/fixtures.py)";
-  torch::jit::Module m = torch::jit::load(path);
-  m.train();
-  const Partition partition = partitionModule(m);
+  std::optional<TrainedFixture> fixture = loadTrained(name);
+  if (!fixture) GTEST_SKIP() << name << ".pt not built (test/models/fixtures.py)";
+  torch::jit::Module& m = fixture->module;
+  const Partition& partition = fixture->partition;
   profileChain(m, partition, {profiled}, oneRepeatQuiet());
   ProfileOptions run = sizesAlone();
   run.twin_outputs = false;
