@@ -20,15 +20,17 @@ const c10::StorageImpl* storageOf(const at::Tensor& t) {
   return t.defined() && t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr;
 }
 
-// Ops that read a tensor's values into a flag or a check on the host, or may: an autocast block
-// runs a graph of its own. A number read from a carrier (readsTensorIntoNumber) is read from a real
-// tensor or from a copy of a number made from sizes alone: the fresh outputs of zeros hold more
-// than one element.
+// Ops that read a tensor's values on the host, or may: an autocast block runs a graph of its own.
+// A number read from a stage input is read from a real tensor or from a copy of a number made from
+// sizes alone (a chain whose stages read the data's numbers is sized by data): the fresh outputs of
+// zeros hold more than one element.
 bool readsValues(const Node* n) {
-  static const std::unordered_set<std::string> checks = {
-      "aten::Bool",     "aten::is_nonzero",    "aten::equal",
-      "aten::allclose", "aten::_assert_async", "jitckpt::autocast_block"};
-  return checks.count(n->kind().toQualString()) || readsTensorIntoNumber(n);
+  static const std::unordered_set<std::string> checks = {"aten::is_nonzero", "aten::equal",
+                                                         "aten::allclose", "aten::_assert_async",
+                                                         "jitckpt::autocast_block"};
+  if (checks.count(n->kind().toQualString())) return true;
+  const Value* read = tensorReadIntoNumber(n);
+  return read != nullptr && read->node()->kind() != c10::prim::Param;
 }
 
 bool valuesStayOnDevice(const Block& block) {

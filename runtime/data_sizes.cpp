@@ -29,7 +29,9 @@ class ModelState {
   bool compute(const Value* v) {
     const Node* n = v->node();
     if (n->kind() == c10::prim::Param) {
-      if (v->offset() < stage_.num_activation_inputs) return false;
+      // a loop's carried value (its block's parameter) is not the model's state
+      if (n != stage_.graph->param_node() || v->offset() < stage_.num_activation_inputs)
+        return false;
       const size_t k = stage_.lifted.at(v->offset() - stage_.num_activation_inputs);
       return lifted_.at(k).kind != LiftedKind::Side;
     }
@@ -46,6 +48,37 @@ class ModelState {
   std::unordered_map<const Value*, bool> memo_;
 };
 
+// The partition's scalar carriers: 0-dim tensors made from a number in the stage that computed it.
+const std::unordered_set<std::string>& carrierKinds() {
+  static const std::unordered_set<std::string> kinds = {"aten::tensor", "prim::NumToTensor",
+                                                        "aten::scalar_tensor"};
+  return kinds;
+}
+
+// Which of a stage's graph inputs hold a number made from sizes or the model's state, where the
+// stage reads them as a number: a lifted parameter or buffer (a BatchNorm's count), and an
+// activation that carries a number an earlier stage made while sized by shapes alone; not the
+// chain's inputs, nor a side tensor the model computed from them before the chain.
+class NumberInputs {
+ public:
+  NumberInputs(const StageSpec& stage, const std::vector<LiftedSpec>& lifted,
+               const std::vector<bool>& carried)
+      : stage_(stage), lifted_(lifted), carried_(carried) {}
+
+  // `input`: a prim::Param's output
+  bool madeFromSizes(const Value* input) const {
+    if (input->node() != stage_.graph->param_node()) return false;  // a loop's carried value
+    const size_t i = input->offset();
+    if (i < stage_.num_activation_inputs) return i < carried_.size() && carried_[i];
+    return lifted_.at(stage_.lifted.at(i - stage_.num_activation_inputs)).kind != LiftedKind::Side;
+  }
+
+ private:
+  const StageSpec& stage_;
+  const std::vector<LiftedSpec>& lifted_;
+  const std::vector<bool>& carried_;
+};
+
 const std::unordered_set<std::string>& alwaysSizedByData() {
   static const std::unordered_set<std::string> kinds = {
       "aten::nonzero",       "aten::nonzero_numpy", "aten::argwhere",
@@ -56,10 +89,14 @@ const std::unordered_set<std::string>& alwaysSizedByData() {
 
 bool holdsTensor(const Value* v) { return v->type()->kind() == c10::TypeKind::TensorType; }
 
-bool sizedByData(const Node* n, ModelState& state) {
+bool sizedByData(const Node* n, ModelState& state, const NumberInputs& number_inputs) {
   const std::string kind = n->kind().toQualString();
   if (alwaysSizedByData().count(kind)) return true;
-  if (readsTensorIntoNumber(n)) return true;
+  if (const Value* read = tensorReadIntoNumber(n)) {
+    // a flag picks a branch, whose ops are judged on their own
+    if (kind == "aten::Bool") return false;
+    return read->node()->kind() != c10::prim::Param || !number_inputs.madeFromSizes(read);
+  }
   // x[mask] keeps as many rows as the mask has true entries; an index of integers gives its own
   // shape, which the graph does not tell apart from a mask, unless it holds the model's state.
   if (kind == "aten::index") {
@@ -77,11 +114,12 @@ bool sizedByData(const Node* n, ModelState& state) {
   return false;
 }
 
-bool anySizedByData(const torch::jit::Block* block, ModelState& state) {
+bool anySizedByData(const torch::jit::Block* block, ModelState& state,
+                    const NumberInputs& number_inputs) {
   for (const Node* n : block->nodes()) {
-    if (sizedByData(n, state)) return true;
+    if (sizedByData(n, state, number_inputs)) return true;
     for (const auto* b : n->blocks()) {
-      if (anySizedByData(b, state)) return true;
+      if (anySizedByData(b, state, number_inputs)) return true;
     }
   }
   return false;
@@ -89,29 +127,44 @@ bool anySizedByData(const torch::jit::Block* block, ModelState& state) {
 
 }  // namespace
 
-bool readsTensorIntoNumber(const Node* n) {
-  static const std::unordered_set<std::string> kinds = {"aten::item",
-                                                        "aten::_local_scalar_dense",
-                                                        "aten::Int",
-                                                        "aten::Float",
-                                                        "aten::IntImplicit",
-                                                        "aten::FloatImplicit",
-                                                        "aten::ScalarImplicit",
-                                                        "aten::tolist",
-                                                        "prim::tolist"};
-  // A number carried across a cut in a 0-dim tensor (a size: the partition's scalar carriers) is
-  // read back in the stage that made the tensor or in a later one; where it came from values, the
-  // stage that computed it holds the op.
-  static const std::unordered_set<std::string> carriers = {
-      "prim::Param", "aten::tensor", "prim::NumToTensor", "aten::scalar_tensor"};
-  if (!kinds.count(n->kind().toQualString()) || n->inputs().empty()) return false;
+const Value* tensorReadIntoNumber(const Node* n) {
+  static const std::unordered_set<std::string> kinds = {
+      "aten::item",          "aten::_local_scalar_dense",
+      "aten::Int",           "aten::Float",
+      "aten::Bool",          "aten::IntImplicit",
+      "aten::FloatImplicit", "aten::ScalarImplicit",
+      "aten::tolist",        "prim::tolist"};
+  if (!kinds.count(n->kind().toQualString()) || n->inputs().empty()) return nullptr;
   const Value* read = n->input(0);
-  return holdsTensor(read) && !carriers.count(read->node()->kind().toQualString());
+  if (!holdsTensor(read) || carrierKinds().count(read->node()->kind().toQualString()))
+    return nullptr;
+  return read;
 }
 
-bool makesTensorsSizedByData(const StageSpec& stage, const std::vector<LiftedSpec>& lifted) {
-  ModelState state(stage, lifted);
-  return anySizedByData(stage.graph->block(), state);
+std::vector<int> findStagesSizedByData(const std::vector<StageSpec>& stages,
+                                       const std::vector<LiftedSpec>& lifted) {
+  std::vector<int> found;
+  std::vector<bool> carried;  // of the stage's activation inputs; the first stage's are the data
+  for (size_t s = 0; s < stages.size(); ++s) {
+    const StageSpec& stage = stages[s];
+    ModelState state(stage, lifted);
+    const bool by_data =
+        anySizedByData(stage.graph->block(), state, NumberInputs(stage, lifted, carried));
+    if (by_data) found.push_back(static_cast<int>(s) + 1);
+    // What this stage hands on: its own carriers where its numbers come from sizes alone, and the
+    // carriers it passes through.
+    std::vector<bool> next;
+    for (const Value* out : stage.graph->outputs()) {
+      const Node* made = out->node();
+      const size_t i = out->offset();
+      if (made->kind() == c10::prim::Param)
+        next.push_back(i < stage.num_activation_inputs && i < carried.size() && carried[i]);
+      else
+        next.push_back(!by_data && carrierKinds().count(made->kind().toQualString()) > 0);
+    }
+    carried = std::move(next);
+  }
+  return found;
 }
 
 }  // namespace jitckpt

@@ -1,10 +1,12 @@
-// Tensors sized by data: takes a stage (its graph and what its lifted inputs are); says whether it
-// holds an op whose output size comes from the values of its inputs, not from their shapes
-// (nonzero, masked_select, unique, indexing with a tensor that the data computes, which may be a
-// boolean mask, a tensor read as a number that may become a size). An index that parameters and
-// buffers alone make (a relative position table's) is the same at every call. A call's data can
-// then give the stage larger tensors than the profile measured: the executor checks what each stage
-// makes against the plan (executor.h, StageOutputsGrew).
+// Tensors sized by data: takes a chain's stages (their graphs and what their lifted inputs are);
+// returns those that hold an op whose output size comes from the values of its inputs, not from
+// their shapes (nonzero, masked_select, unique, indexing with a tensor that the data computes,
+// which may be a boolean mask, a tensor read as a number that may become a size). An index that
+// parameters and buffers alone make (a relative position table's) is the same at every call, and
+// so is a number the partition carries across cuts from a stage sized by shapes alone; a number
+// read from the chain's inputs or from a tensor the model computed from them before the chain is
+// the data's. A call's data can then give the stages larger tensors than the profile measured:
+// the executor checks what each stage makes against the plan (executor.h, StageOutputsGrew).
 #pragma once
 
 #include <vector>
@@ -13,10 +15,13 @@
 
 namespace jitckpt {
 
-bool makesTensorsSizedByData(const StageSpec& stage, const std::vector<LiftedSpec>& lifted);
+std::vector<int> findStagesSizedByData(const std::vector<StageSpec>& stages,
+                                       const std::vector<LiftedSpec>& lifted);
 
-// Whether `n` reads a tensor's values into a number on the host (item, Int, tolist, ...), other
-// than a number the partition carries across a cut in a 0-dim tensor, which sizes alone made.
-bool readsTensorIntoNumber(const torch::jit::Node* n);
+// The tensor whose value `n` reads into a number or flag on the host (item, Int, Bool, tolist,
+// ...), or null: none, or one of the partition's scalar carriers made in the stage, whose number
+// was judged where it was computed. A graph input is returned: what it holds is the chain's to
+// judge (findStagesSizedByData).
+const torch::jit::Value* tensorReadIntoNumber(const torch::jit::Node* n);
 
 }  // namespace jitckpt

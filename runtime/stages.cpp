@@ -220,7 +220,6 @@ ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<Lifte
     cast_lifted_.push_back(std::move(cast));
     random_.push_back(containsNode(stage.graph->block(), drawsRandomNumbers));
     recurrent_dropout_.push_back(containsNode(stage.graph->block(), dropsOutBetweenLayers));
-    if (makesTensorsSizedByData(stage, lifted_)) sized_by_data_.push_back(static_cast<int>(s) + 1);
     std::vector<bool> may_require_grad;
     for (size_t k : stage.lifted)
       may_require_grad.push_back(lifted_[k].kind == LiftedKind::Parameter ||
@@ -231,6 +230,7 @@ ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<Lifte
          multipliesByAComputedWeight(*stage.graph, stage.num_activation_inputs, may_require_grad)));
     stages_.push_back(std::move(stage));
   }
+  sized_by_data_ = findStagesSizedByData(stages_, lifted_);
   const auto& outputs = stages_.back().graph->outputs();
   for (size_t i = 0; i < outputs.size(); ++i)
     outputs_read_inside_.push_back(readInside(stages_, i));

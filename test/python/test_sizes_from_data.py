@@ -179,3 +179,49 @@ def test_without_a_limit_nothing_is_planned_again():
         warnings.simplefilter("error")
         train(model, [MOST])
     assert jitckpt.plan(model)["variants"] == []
+
+
+class Truncated(nn.Module):
+    """Its tokens flattened and cut to the count of valid ones, read as a number stages after the
+    count was made (before the chain: a side value the stages take): (number of valid tokens, 1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(D, D)
+        self.first = nn.ModuleList([Block() for _ in range(2)])
+        self.second = nn.ModuleList([Block() for _ in range(2)])
+        self.head = nn.Linear(D, 1)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        valid = mask.sum()
+        h = self.embed(x.flatten(0, 1))
+        for block in self.first:
+            h = block(h)
+        h = h[: int(valid)]
+        for block in self.second:
+            h = block(h)
+        return self.head(h)
+
+
+def make_truncated() -> torch.jit.ScriptModule:
+    torch.manual_seed(0)
+    return torch.jit.script(Truncated().train())
+
+
+def test_a_count_of_the_data_read_stages_later_plans_again_within_the_limit():
+    batches = [FEW, MOST, SOME]
+    expected = train(make_truncated(), batches)
+    assert_same(expected, train(make_truncated(), batches))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = jitckpt.checkpoint(make_truncated(), FEW, memory_limit="min", profile_repeats=1)
+    assert jitckpt.plan(model)["stages_sized_by_data"], jitckpt.plan(model)["text"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        records = train(model, batches)
+    assert any("the data sets the sizes" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    assert_same(expected, records)
+    info = plan_in_use(model)
+    peak = step_peak(model, MOST)
+    assert peak <= info["memory_limit"] + families.OUTSIDE_CHAIN_BYTES, \
+        f"measured {peak} bytes, limit {info['memory_limit']} ({info['num_stages']} stages)"

@@ -1,11 +1,13 @@
-// makesTensorsSizedByData: which stage graphs make a tensor whose size comes from values. Each case
-// is one stage over an activation %x, a parameter %w, a buffer %b and a side value %m (a mask the
-// model computed before the chain).
+// findStagesSizedByData: which stage graphs make a tensor whose size comes from values. Each case
+// is a chain of stages over activations (the first stage's %x: the chain's input) and the same
+// lifted values: a parameter %w, a buffer %b and a side value %m (a mask the model computed
+// before the chain).
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/ir/irparser.h>
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/data_sizes.h"
@@ -16,14 +18,25 @@ namespace {
 const std::vector<LiftedSpec> kLifted = {
     {"w", LiftedKind::Parameter}, {"b", LiftedKind::Buffer}, {"m", LiftedKind::Side}};
 
+// Each stage: its activation inputs ("%x : Tensor, %c : Tensor") and its body.
+std::vector<int> stagesSizedByData(
+    const std::vector<std::pair<std::string, std::string>>& activations_and_bodies) {
+  std::vector<StageSpec> stages;
+  for (const auto& [activations, body] : activations_and_bodies) {
+    StageSpec stage;
+    stage.graph = std::make_shared<torch::jit::Graph>();
+    torch::jit::parseIR(
+        "graph(" + activations + ", %w : Tensor, %b : Tensor, %m : Tensor):\n" + body,
+        stage.graph.get());
+    stage.num_activation_inputs = stage.graph->inputs().size() - kLifted.size();
+    stage.lifted = {0, 1, 2};
+    stages.push_back(std::move(stage));
+  }
+  return findStagesSizedByData(stages, kLifted);
+}
+
 bool sizedByData(const std::string& body) {
-  StageSpec stage;
-  stage.graph = std::make_shared<torch::jit::Graph>();
-  torch::jit::parseIR("graph(%x : Tensor, %w : Tensor, %b : Tensor, %m : Tensor):\n" + body,
-                      stage.graph.get());
-  stage.num_activation_inputs = 1;
-  stage.lifted = {0, 1, 2};
-  return makesTensorsSizedByData(stage, kLifted);
+  return !stagesSizedByData({{"%x : Tensor", body}}).empty();
 }
 
 }  // namespace
@@ -50,6 +63,16 @@ TEST(DataSizes, IndexingWithWhatTheDataComputesButNotWithTheModelsState) {
                   "  %n : NoneType = prim::Constant()\n"
                   "  %i : Tensor?[] = prim::ListConstruct(%n, %k)\n"
                   "  %y : Tensor = aten::index(%x, %i)\n  return (%y)\n"));
+  // a loop's carried value, which the data began: not the lifted value at its position
+  EXPECT_TRUE(
+      sizedByData("  %t : bool = prim::Constant[value=1]()\n"
+                  "  %n : int = prim::Constant[value=2]()\n"
+                  "  %y : Tensor = prim::Loop(%n, %t, %x)\n"
+                  "    block0(%i : int, %h : Tensor):\n"
+                  "      %l : Tensor?[] = prim::ListConstruct(%h)\n"
+                  "      %z : Tensor = aten::index(%w, %l)\n"
+                  "      -> (%t, %z)\n"
+                  "  return (%y)\n"));
   // a relative position index that a buffer holds, viewed: the same at every call
   EXPECT_FALSE(
       sizedByData("  %s : int = prim::Constant[value=-1]()\n"
@@ -73,7 +96,6 @@ TEST(DataSizes, NumbersReadFromTensorsButNotTheSizesCarriedAcrossCuts) {
                   "  %s : int = aten::size(%x, %d)\n"
                   "  %c : Tensor = prim::NumToTensor(%s)\n"
                   "  %k : int = aten::Int(%c)\n  return (%x)\n"));
-  EXPECT_FALSE(sizedByData("  %k : int = aten::Int(%x)\n  return (%x)\n"));
   // repeat_interleave by a number is sized by shapes; by a tensor of repeats, by values
   EXPECT_FALSE(
       sizedByData("  %r : int = prim::Constant[value=2]()\n"
@@ -83,6 +105,44 @@ TEST(DataSizes, NumbersReadFromTensorsButNotTheSizesCarriedAcrossCuts) {
   EXPECT_TRUE(
       sizedByData("  %n : NoneType = prim::Constant()\n"
                   "  %y : Tensor = aten::repeat_interleave(%x, %m, %n, %n)\n  return (%y)\n"));
+}
+
+TEST(DataSizes, NumbersReadFromTheDataAcrossCutsButNotTheSizesCarried) {
+  const std::string x = "%x : Tensor", xc = "%x : Tensor, %c : Tensor";
+  const std::string read = "  %k : int = aten::Int(%c)\n  return (%x)\n";
+  const std::string size =
+      "  %d : int = prim::Constant[value=0]()\n"
+      "  %s : int = aten::size(%x, %d)\n"
+      "  %c : Tensor = prim::NumToTensor(%s)\n  return (%x, %c)\n";
+  // a size carried to a later stage, directly or through one that passes it on
+  EXPECT_EQ(stagesSizedByData({{x, size}, {xc, read}}), std::vector<int>{});
+  EXPECT_EQ(stagesSizedByData({{x, size}, {xc, "  return (%x, %c)\n"}, {xc, read}}),
+            std::vector<int>{});
+  // a 0-dim tensor of the data, read as a number stages later
+  const std::string sum =
+      "  %n : NoneType = prim::Constant()\n"
+      "  %c : Tensor = aten::sum(%x, %n)\n  return (%x, %c)\n";
+  EXPECT_EQ(stagesSizedByData({{x, sum}, {xc, "  return (%x, %c)\n"}, {xc, read}}),
+            std::vector<int>{3});
+  // a number read from the data and carried: the stage that reads it back is judged too
+  const std::string counted =
+      "  %n : NoneType = prim::Constant()\n"
+      "  %t : Tensor = aten::sum(%x, %n)\n"
+      "  %k : int = aten::Int(%t)\n"
+      "  %c : Tensor = prim::NumToTensor(%k)\n  return (%x, %c)\n";
+  EXPECT_EQ(stagesSizedByData({{x, counted}, {xc, read}}), (std::vector<int>{1, 2}));
+  // the chain's input, and a side value the model computed from it; not a buffer (a count)
+  EXPECT_TRUE(sizedByData("  %k : int = aten::Int(%x)\n  return (%x)\n"));
+  EXPECT_TRUE(sizedByData("  %k : int = aten::Int(%m)\n  return (%x)\n"));
+  EXPECT_FALSE(sizedByData("  %k : float = aten::Float(%b)\n  return (%x)\n"));
+  EXPECT_TRUE(
+      sizedByData("  %t : bool = prim::Constant[value=1]()\n"
+                  "  %n : int = prim::Constant[value=2]()\n"
+                  "  %y : Tensor = prim::Loop(%n, %t, %x)\n"
+                  "    block0(%i : int, %h : Tensor):\n"
+                  "      %k : int = aten::Int(%h)\n"
+                  "      -> (%t, %h)\n"
+                  "  return (%y)\n"));
 }
 
 }  // namespace jitckpt::test
