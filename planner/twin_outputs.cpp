@@ -33,13 +33,6 @@ bool readsValues(const Node* n) {
   return read != nullptr && read->node()->kind() != c10::prim::Param;
 }
 
-bool valuesStayOnDevice(const Block& block) {
-  for (const Node* n : block.nodes()) {
-    if (!n->blocks().empty() || readsValues(n)) return false;
-  }
-  return true;
-}
-
 // Whether number `v` comes from the stage's inputs' sizes, constants and lifted numbers alone
 // (twinKey compares all three), not from a tensor's values.
 bool fromSizes(const Value* v) {
@@ -76,6 +69,16 @@ bool fromSizes(const Value* v) {
   const std::string kind = n->kind().toQualString();
   if (v->type()->kind() == c10::TypeKind::TensorType) return false;
   if (kind == "prim::Constant" || kind == "prim::Param") return true;  // a lifted number
+  // an if's or a loop's result: its inputs and what each block returns for it
+  if (kind == "prim::If" || kind == "prim::Loop") {
+    const size_t returned =
+        v->offset() + (kind == "prim::Loop" ? 1 : 0);  // after a loop's condition
+    for (const Value* input : n->inputs())
+      if (!fromSizes(input)) return false;
+    for (const Block* b : n->blocks())
+      if (!fromSizes(b->outputs().at(returned))) return false;
+    return true;
+  }
   if (sizes.count(kind)) {
     for (size_t i = 1; i < n->inputs().size(); ++i)
       if (!fromSizes(n->input(i))) return false;
@@ -84,6 +87,21 @@ bool fromSizes(const Value* v) {
   if (!arithmetic.count(kind)) return false;
   for (const Value* input : n->inputs())
     if (!fromSizes(input)) return false;
+  return true;
+}
+
+// Whether no op of `block` reads a tensor's values into the host, and its branches and loops
+// (the checks of a scripted BatchNorm or convolution) go by sizes, constants and flags alone.
+bool valuesStayOnDevice(const Block& block) {
+  for (const Node* n : block.nodes()) {
+    if (readsValues(n)) return false;
+    if (n->blocks().empty()) continue;
+    if (n->kind() != c10::prim::If && n->kind() != c10::prim::Loop) return false;
+    for (const Value* input : n->inputs())
+      if (!fromSizes(input)) return false;
+    for (const Block* b : n->blocks())
+      if (!valuesStayOnDevice(*b)) return false;
+  }
   return true;
 }
 

@@ -52,8 +52,8 @@ std::optional<TwinOutputLayout> twinOutputLayout(const Tensors& inputs, const Te
 Tensors twinOutputs(const TwinOutputLayout& layout, const Tensors& inputs);
 
 // Whether no stage of the chain can make a size, a branch or an error of its tensors' values:
-// none is sized by data, none has a block (if, loop), and none reads a tensor's values into the
-// host but the numbers carried in 0-dim tensors.
+// none is sized by data, every block (if, loop) goes by sizes, constants and flags alone, and none
+// reads a tensor's values into the host but the numbers carried in 0-dim tensors.
 bool sizesIgnoreValues(const ChainStages& stages);
 
 }  // namespace jitckpt
