@@ -32,8 +32,9 @@ class ModelState {
       // a loop's carried value (its block's parameter) is not the model's state
       if (n != stage_.graph->param_node() || v->offset() < stage_.num_activation_inputs)
         return false;
-      const size_t k = stage_.lifted.at(v->offset() - stage_.num_activation_inputs);
-      return lifted_.at(k).kind != LiftedKind::Side;
+      const LiftedSpec& spec =
+          lifted_.at(stage_.lifted.at(v->offset() - stage_.num_activation_inputs));
+      return spec.kind != LiftedKind::Side && !spec.beyond_shapes;
     }
     if (n->kind() == c10::prim::Constant) return true;
     if (!n->blocks().empty()) return false;
@@ -70,7 +71,8 @@ class NumberInputs {
     if (input->node() != stage_.graph->param_node()) return false;  // a loop's carried value
     const size_t i = input->offset();
     if (i < stage_.num_activation_inputs) return i < carried_.size() && carried_[i];
-    return lifted_.at(stage_.lifted.at(i - stage_.num_activation_inputs)).kind != LiftedKind::Side;
+    const LiftedSpec& spec = lifted_.at(stage_.lifted.at(i - stage_.num_activation_inputs));
+    return spec.kind != LiftedKind::Side && !spec.beyond_shapes;
   }
 
  private:
@@ -88,6 +90,33 @@ const std::unordered_set<std::string>& alwaysSizedByData() {
 }
 
 bool holdsTensor(const Value* v) { return v->type()->kind() == c10::TypeKind::TensorType; }
+
+// An int, a float or a list or optional of them: what a size or a scale can be made of.
+bool holdsNumber(const c10::TypePtr& type) {
+  switch (type->kind()) {
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::FloatType:
+    case c10::TypeKind::NumberType:
+      return true;
+    case c10::TypeKind::ListType:
+    case c10::TypeKind::OptionalType:
+      return holdsNumber(type->containedTypes().at(0));
+    default:
+      return false;
+  }
+}
+
+// Whether the stage reads a number of the call that its input key does not hold (an int argument
+// of forward), which may set a size (h[:n], a scale factor) without any tensor read.
+bool readsCallNumber(const StageSpec& stage, const std::vector<LiftedSpec>& lifted) {
+  for (size_t j = 0; j < stage.lifted.size(); ++j) {
+    const Value* input = stage.graph->inputs().at(stage.num_activation_inputs + j);
+    if (lifted.at(stage.lifted[j]).beyond_shapes && holdsNumber(input->type()) &&
+        !input->uses().empty())
+      return true;
+  }
+  return false;
+}
 
 bool sizedByData(const Node* n, ModelState& state, const NumberInputs& number_inputs) {
   const std::string kind = n->kind().toQualString();
@@ -149,6 +178,7 @@ std::vector<int> findStagesSizedByData(const std::vector<StageSpec>& stages,
     const StageSpec& stage = stages[s];
     ModelState state(stage, lifted);
     const bool by_data =
+        readsCallNumber(stage, lifted) ||
         anySizedByData(stage.graph->block(), state, NumberInputs(stage, lifted, carried));
     if (by_data) found.push_back(static_cast<int>(s) + 1);
     // What this stage hands on: its own carriers where its numbers come from sizes alone, and the

@@ -96,11 +96,15 @@ std::shared_ptr<const ChainStages> stagesFromState(const Json& meta,
   const auto kinds = meta.at("lifted_kinds").get<std::vector<int>>();
   TORCH_CHECK(names.size() == kinds.size(), "corrupt jitckpt plan: ", names.size(),
               " lifted names but ", kinds.size(), " kinds");
+  // (plans saved before it was recorded: none)
+  const auto beyond_shapes = meta.value("lifted_beyond_shapes", std::vector<bool>(names.size()));
+  TORCH_CHECK(beyond_shapes.size() == names.size(), "corrupt jitckpt plan: ", names.size(),
+              " lifted names but ", beyond_shapes.size(), " marks of values beyond shapes");
   std::vector<LiftedSpec> lifted;
   for (size_t k = 0; k < names.size(); ++k) {
     TORCH_CHECK(kinds[k] >= 0 && kinds[k] <= static_cast<int>(LiftedKind::Side),
                 "corrupt jitckpt plan: unknown lifted kind ", kinds[k]);
-    lifted.push_back({names[k], static_cast<LiftedKind>(kinds[k])});
+    lifted.push_back({names[k], static_cast<LiftedKind>(kinds[k]), beyond_shapes[k]});
   }
   const auto& stage_meta = meta.at("stages");
   TORCH_CHECK(stage_meta.size() == texts.size(), "corrupt jitckpt plan: ", stage_meta.size(),
@@ -155,13 +159,16 @@ Plan::State Plan::getState() const {
   std::vector<std::string> names;
   std::vector<int> kinds;
   std::vector<size_t> positions;
+  std::vector<bool> beyond_shapes;
   for (size_t k = 0; k < stages_->lifted().size(); ++k) {
     names.push_back(stages_->lifted()[k].name);
     kinds.push_back(static_cast<int>(stages_->lifted()[k].kind));
     positions.push_back(stages_->position(k));
+    beyond_shapes.push_back(stages_->lifted()[k].beyond_shapes);
   }
   meta["lifted_names"] = names;
   meta["lifted_kinds"] = kinds;
+  meta["lifted_beyond_shapes"] = beyond_shapes;
   meta["lifted_position"] = positions;
   std::vector<std::string> texts;
   std::vector<at::Tensor> constants;

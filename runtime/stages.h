@@ -42,6 +42,10 @@ std::string toString(LiftedKind kind);
 struct LiftedSpec {
   std::string name;  // attribute path such as "layer1.0.bn1.running_mean", or "training"
   LiftedKind kind = LiftedKind::Scalar;
+  // Whether it may differ between calls whose tensors have the same shapes (an int argument of
+  // forward, a number read from a tensor before the chain): where a stage reads it, the data may
+  // set sizes (findStagesSizedByData). Side tensors are the data's in any case.
+  bool beyond_shapes = false;
 };
 
 struct StageSpec {

@@ -10,6 +10,7 @@
 #include "passes/example_copies.h"
 #include "passes/graph_walk.h"
 #include "passes/inline_calls.h"
+#include "passes/partition/call_values.h"
 #include "passes/partition/value_bytes.h"
 #include "runtime/plan.h"
 
@@ -158,7 +159,8 @@ PartitionedClone partitionClone(const torch::jit::Module& module, const Partitio
 
 std::shared_ptr<const ChainStages> chainStagesOf(const Partition& partition) {
   std::vector<LiftedSpec> lifted;
-  for (const LiftedInput& l : partition.lifted) lifted.push_back({l.name, l.kind});
+  for (const LiftedInput& l : partition.lifted)
+    lifted.push_back({l.name, l.kind, variesBeyondShapes(l.value)});
   std::vector<StageSpec> stages;
   for (const Stage& s : partition.stages) {
     stages.push_back({s.graph, s.num_activation_inputs, s.lifted, s.mutated_lifted,

@@ -3,6 +3,8 @@
 
 #include <sstream>
 
+#include "passes/partition/call_values.h"
+
 namespace jitckpt {
 
 std::string describeValue(const torch::jit::Value* value) {
@@ -58,7 +60,9 @@ void printPartition(std::ostream& out, const Partition& partition) {
   for (size_t k = 0; k < partition.lifted.size(); ++k) {
     const LiftedInput& l = partition.lifted[k];
     out << "  [" << k << "] " << toString(l.kind) << " " << l.name << " : "
-        << l.value->type()->annotation_str() << "\n";
+        << l.value->type()->annotation_str();
+    if (l.kind != LiftedKind::Side && variesBeyondShapes(l.value)) out << " (beyond shapes)";
+    out << "\n";
   }
   for (size_t s = 0; s < partition.stages.size(); ++s) {
     const Stage& stage = partition.stages[s];

@@ -225,3 +225,51 @@ def test_a_count_of_the_data_read_stages_later_plans_again_within_the_limit():
     peak = step_peak(model, MOST)
     assert peak <= info["memory_limit"] + families.OUTSIDE_CHAIN_BYTES, \
         f"measured {peak} bytes, limit {info['memory_limit']} ({info['num_stages']} stages)"
+
+
+class CutTo(nn.Module):
+    """Its tokens flattened and cut to a count that forward takes as an int: (n, 1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(D, D)
+        self.first = nn.ModuleList([Block() for _ in range(2)])
+        self.second = nn.ModuleList([Block() for _ in range(2)])
+        self.head = nn.Linear(D, 1)
+
+    def forward(self, x: Tensor, n: int) -> Tensor:
+        h = self.embed(x.flatten(0, 1))
+        for block in self.first:
+            h = block(h)
+        h = h[:n]
+        for block in self.second:
+            h = block(h)
+        return self.head(h)
+
+
+def test_an_int_argument_that_sets_a_size_plans_again_within_the_limit(tmp_path):
+    """The plan's input key holds the tensors' shapes, not forward's numbers: the stages that read
+    one are sized by the data, also in the module saved and loaded again."""
+    def make_cut() -> torch.jit.ScriptModule:
+        torch.manual_seed(0)
+        return torch.jit.script(CutTo().train())
+    x = FEW[0]
+    batches = [(x, 100), (x, 1500), (x, 600)]
+    expected = train(make_cut(), batches)
+    assert_same(expected, train(make_cut(), batches))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = jitckpt.checkpoint(make_cut(), (x, 100), memory_limit="min", profile_repeats=1)
+    assert jitckpt.plan(model)["stages_sized_by_data"], jitckpt.plan(model)["text"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        records = train(model, batches)
+    assert any("the data sets the sizes" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    assert_same(expected, records)
+    info = plan_in_use(model)
+    peak = step_peak(model, (x, 1500))
+    assert peak <= info["memory_limit"] + families.OUTSIDE_CHAIN_BYTES, \
+        f"measured {peak} bytes, limit {info['memory_limit']} ({info['num_stages']} stages)"
+    torch.jit.save(model, str(tmp_path / "cut.pt"))
+    loaded = torch.jit.load(str(tmp_path / "cut.pt"))
+    assert jitckpt.plan(loaded)["stages_sized_by_data"] == jitckpt.plan(model)["stages_sized_by_data"]

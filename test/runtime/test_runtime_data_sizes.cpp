@@ -146,3 +146,44 @@ TEST(DataSizes, NumbersReadFromTheDataAcrossCutsButNotTheSizesCarried) {
 }
 
 }  // namespace jitckpt::test
+
+namespace jitckpt::test {
+namespace {
+
+// One stage over %x, an int %n and an Optional[Tensor] %o, each set by the call beyond its
+// tensors' shapes (forward's arguments) or not (attributes).
+bool sizedByCallValues(bool beyond_shapes, const std::string& body) {
+  StageSpec stage;
+  stage.graph = std::make_shared<torch::jit::Graph>();
+  torch::jit::parseIR("graph(%x : Tensor, %n : int, %o : Tensor?):\n" + body, stage.graph.get());
+  stage.num_activation_inputs = 1;
+  stage.lifted = {0, 1};
+  const std::vector<LiftedSpec> lifted = {{"n", LiftedKind::Scalar, beyond_shapes},
+                                          {"o", LiftedKind::Scalar, beyond_shapes}};
+  return !findStagesSizedByData({stage}, lifted).empty();
+}
+
+}  // namespace
+
+TEST(DataSizes, NumbersAndMasksTheCallSetsBeyondShapes) {
+  // h[:n]
+  const std::string slice =
+      "  %z : int = prim::Constant[value=0]()\n"
+      "  %one : int = prim::Constant[value=1]()\n"
+      "  %y : Tensor = aten::slice(%x, %z, %z, %n, %one)\n  return (%y)\n";
+  EXPECT_TRUE(sizedByCallValues(true, slice));
+  EXPECT_FALSE(sizedByCallValues(false, slice));
+  // x[mask] with an optional mask of forward's
+  const std::string index =
+      "  %m : Tensor = prim::unchecked_cast(%o)\n"
+      "  %i : Tensor?[] = prim::ListConstruct(%m)\n"
+      "  %y : Tensor = aten::index(%x, %i)\n  return (%y)\n";
+  EXPECT_TRUE(sizedByCallValues(true, index));
+  EXPECT_FALSE(sizedByCallValues(false, index));
+  // an optional tensor read otherwise is no size
+  EXPECT_FALSE(sizedByCallValues(true,
+                                 "  %m : Tensor = prim::unchecked_cast(%o)\n"
+                                 "  %y : Tensor = aten::mul(%x, %m)\n  return (%y)\n"));
+}
+
+}  // namespace jitckpt::test
