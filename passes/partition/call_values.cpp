@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "passes/partition/steps.h"
 #include "runtime/data_sizes.h"
 
 namespace jitckpt {
@@ -52,6 +53,11 @@ class CallValues {
 
 }  // namespace
 
-bool variesBeyondShapes(const Value* v) { return CallValues().varies(v); }
+bool variesBeyondShapes(const Value* v) {
+  // An optional or a list of tensors made of the call's tensors holds their values (a mask).
+  if (v->node()->kind() != c10::prim::GetAttr && partition_steps::containsTensor(v->type()))
+    return true;
+  return CallValues().varies(v);
+}
 
 }  // namespace jitckpt
