@@ -238,7 +238,8 @@ bool writesToActivation(Node* n, const torch::jit::ValueSet& values, const TopLe
 
 // Whether `n` (a node without blocks) writes in place storage that `v` may hold. Storage that an
 // op made after `v` was defined (zeros_like, reached back through views and ops that return
-// their input) is not `v`'s, whatever AliasDb's wildcard sets say (see writes.cpp).
+// their input), and an attribute's where `v` is an argument of forward, is not `v`'s, whatever
+// AliasDb's wildcard sets say (see writes.cpp).
 bool writesToValue(const Node* n, const Value* v, const TopLevelNodes& top,
                    const torch::jit::AliasDb& alias_db);
 

@@ -103,8 +103,13 @@ bool writesToValue(const Node* n, const Value* v, const TopLevelNodes& top,
                    const torch::jit::AliasDb& alias_db) {
   if (!n->maybeSchema())
     return alias_db.writesToAlias(const_cast<Node*>(n), torch::jit::ValueSet{v});
+  // (an argument of forward is not an attribute's storage, whose running statistics the norms
+  // write: a BatchNorm after an optional mask of forward's kept the layers before it out of the
+  // chain. A value computed before the chain may hold an attribute's view.)
+  const bool argument = v->node() == v->owningGraph()->param_node() && v->offset() > 0;
   for (size_t a : directlyWrittenInputs(n)) {
     Value* written = const_cast<Value*>(n->input(a));
+    if (argument && aliasBase(written)->node()->kind() == c10::prim::GetAttr) continue;
     if (mayHold(written, v, alias_db) && !madeAfter(written, v, top)) return true;
   }
   return false;

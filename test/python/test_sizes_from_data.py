@@ -7,6 +7,7 @@ unmodified model's, bit for bit, its step peak within the new plan's limit, and 
 batch keeps that plan."""
 import re
 import warnings
+from typing import Optional
 
 import pytest
 import torch
@@ -273,3 +274,53 @@ def test_an_int_argument_that_sets_a_size_plans_again_within_the_limit(tmp_path)
     torch.jit.save(model, str(tmp_path / "cut.pt"))
     loaded = torch.jit.load(str(tmp_path / "cut.pt"))
     assert jitckpt.plan(loaded)["stages_sized_by_data"] == jitckpt.plan(model)["stages_sized_by_data"]
+
+
+class OptionalMask(nn.Module):
+    """The valid tokens of forward's optional mask, kept between two groups of blocks where it is
+    given: (number of valid tokens, 1), or every token without one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(D, D)
+        self.first = nn.ModuleList([Block() for _ in range(2)])
+        self.second = nn.ModuleList([Block() for _ in range(2)])
+        self.head = nn.Linear(D, 1)
+
+    def forward(self, x: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+        h = self.embed(x.flatten(0, 1))
+        for block in self.first:
+            h = block(h)
+        if mask is not None:
+            h = h[mask.flatten()]
+        for block in self.second:
+            h = block(h)
+        return self.head(h)
+
+
+def test_an_optional_mask_of_forward_keeps_the_whole_chain_and_plans_again():
+    """The BatchNorms that write their statistics do not keep the optional mask from being lifted
+    (the layers before the branch stay in the chain), and the stage that indexes with it is sized
+    by the data."""
+    def make_masked() -> torch.jit.ScriptModule:
+        torch.manual_seed(0)
+        return torch.jit.script(OptionalMask().train())
+    batches = [FEW, MOST, (SOME[0],), SOME]
+    expected = train(make_masked(), batches)
+    assert_same(expected, train(make_masked(), batches))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = jitckpt.checkpoint(make_masked(), FEW, memory_limit="min", profile_repeats=1)
+    info = jitckpt.plan(model)
+    assert info["labels"][:3] == ["embed", "first.0", "first.1"], info["labels"]
+    assert info["stages_sized_by_data"], info["text"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        records = train(model, batches)
+    assert any("the data sets the sizes" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    assert_same(expected, records)
+    for inputs in (MOST, (SOME[0],)):
+        info = plan_in_use(model)
+        peak = step_peak(model, inputs)
+        assert peak <= info["memory_limit"] + families.OUTSIDE_CHAIN_BYTES, \
+            f"measured {peak} bytes, limit {info['memory_limit']} ({info['num_stages']} stages)"
