@@ -182,9 +182,9 @@ def test_without_a_limit_nothing_is_planned_again():
     assert jitckpt.plan(model)["variants"] == []
 
 
-class Truncated(nn.Module):
-    """Its tokens flattened and cut to the count of valid ones, read as a number stages after the
-    count was made (before the chain: a side value the stages take): (number of valid tokens, 1)."""
+class TwoGroups(nn.Module):
+    """Tokens flattened, two groups of blocks, and between them a cut to a count (each subclass's
+    forward): (count, 1)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -192,6 +192,11 @@ class Truncated(nn.Module):
         self.first = nn.ModuleList([Block() for _ in range(2)])
         self.second = nn.ModuleList([Block() for _ in range(2)])
         self.head = nn.Linear(D, 1)
+
+
+class Truncated(TwoGroups):
+    """Cut to the count of valid tokens, read as a number stages after the count was made (before
+    the chain: a side value the stages take)."""
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         valid = mask.sum()
@@ -204,39 +209,8 @@ class Truncated(nn.Module):
         return self.head(h)
 
 
-def make_truncated() -> torch.jit.ScriptModule:
-    torch.manual_seed(0)
-    return torch.jit.script(Truncated().train())
-
-
-def test_a_count_of_the_data_read_stages_later_plans_again_within_the_limit():
-    batches = [FEW, MOST, SOME]
-    expected = train(make_truncated(), batches)
-    assert_same(expected, train(make_truncated(), batches))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = jitckpt.checkpoint(make_truncated(), FEW, memory_limit="min", profile_repeats=1)
-    assert jitckpt.plan(model)["stages_sized_by_data"], jitckpt.plan(model)["text"]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        records = train(model, batches)
-    assert any("the data sets the sizes" in str(w.message) for w in caught), [str(w.message) for w in caught]
-    assert_same(expected, records)
-    info = plan_in_use(model)
-    peak = step_peak(model, MOST)
-    assert peak <= info["memory_limit"] + families.OUTSIDE_CHAIN_BYTES, \
-        f"measured {peak} bytes, limit {info['memory_limit']} ({info['num_stages']} stages)"
-
-
-class CutTo(nn.Module):
-    """Its tokens flattened and cut to a count that forward takes as an int: (n, 1)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = nn.Linear(D, D)
-        self.first = nn.ModuleList([Block() for _ in range(2)])
-        self.second = nn.ModuleList([Block() for _ in range(2)])
-        self.head = nn.Linear(D, 1)
+class CutTo(TwoGroups):
+    """Cut to a count that forward takes as an int."""
 
     def forward(self, x: Tensor, n: int) -> Tensor:
         h = self.embed(x.flatten(0, 1))
@@ -248,44 +222,9 @@ class CutTo(nn.Module):
         return self.head(h)
 
 
-def test_an_int_argument_that_sets_a_size_plans_again_within_the_limit(tmp_path):
-    """The plan's input key holds the tensors' shapes, not forward's numbers: the stages that read
-    one are sized by the data, also in the module saved and loaded again."""
-    def make_cut() -> torch.jit.ScriptModule:
-        torch.manual_seed(0)
-        return torch.jit.script(CutTo().train())
-    x = FEW[0]
-    batches = [(x, 100), (x, 1500), (x, 600)]
-    expected = train(make_cut(), batches)
-    assert_same(expected, train(make_cut(), batches))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = jitckpt.checkpoint(make_cut(), (x, 100), memory_limit="min", profile_repeats=1)
-    assert jitckpt.plan(model)["stages_sized_by_data"], jitckpt.plan(model)["text"]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        records = train(model, batches)
-    assert any("the data sets the sizes" in str(w.message) for w in caught), [str(w.message) for w in caught]
-    assert_same(expected, records)
-    info = plan_in_use(model)
-    peak = step_peak(model, (x, 1500))
-    assert peak <= info["memory_limit"] + families.OUTSIDE_CHAIN_BYTES, \
-        f"measured {peak} bytes, limit {info['memory_limit']} ({info['num_stages']} stages)"
-    torch.jit.save(model, str(tmp_path / "cut.pt"))
-    loaded = torch.jit.load(str(tmp_path / "cut.pt"))
-    assert jitckpt.plan(loaded)["stages_sized_by_data"] == jitckpt.plan(model)["stages_sized_by_data"]
-
-
-class OptionalMask(nn.Module):
-    """The valid tokens of forward's optional mask, kept between two groups of blocks where it is
-    given: (number of valid tokens, 1), or every token without one."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = nn.Linear(D, D)
-        self.first = nn.ModuleList([Block() for _ in range(2)])
-        self.second = nn.ModuleList([Block() for _ in range(2)])
-        self.head = nn.Linear(D, 1)
+class OptionalMask(TwoGroups):
+    """Cut to the valid tokens of forward's optional mask where it is given; every token without
+    one."""
 
     def forward(self, x: Tensor, mask: Optional[Tensor] = None) -> Tensor:
         h = self.embed(x.flatten(0, 1))
@@ -298,29 +237,48 @@ class OptionalMask(nn.Module):
         return self.head(h)
 
 
-def test_an_optional_mask_of_forward_keeps_the_whole_chain_and_plans_again():
-    """The BatchNorms that write their statistics do not keep the optional mask from being lifted
-    (the layers before the branch stay in the chain), and the stage that indexes with it is sized
-    by the data."""
-    def make_masked() -> torch.jit.ScriptModule:
+def plans_again_within_the_limit(cls, batches, larger) -> torch.jit.ScriptModule:
+    """Planned at "min" on the first batch, trained on all: sized by the data, planned again with a
+    warning, bit for bit like the unmodified model, and a call with the `larger` inputs within the
+    limit of the plan it runs. Returns the rewritten module."""
+    def make() -> torch.jit.ScriptModule:
         torch.manual_seed(0)
-        return torch.jit.script(OptionalMask().train())
-    batches = [FEW, MOST, (SOME[0],), SOME]
-    expected = train(make_masked(), batches)
-    assert_same(expected, train(make_masked(), batches))
+        return torch.jit.script(cls().train())
+    expected = train(make(), batches)
+    assert_same(expected, train(make(), batches))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = jitckpt.checkpoint(make_masked(), FEW, memory_limit="min", profile_repeats=1)
-    info = jitckpt.plan(model)
-    assert info["labels"][:3] == ["embed", "first.0", "first.1"], info["labels"]
-    assert info["stages_sized_by_data"], info["text"]
+        model = jitckpt.checkpoint(make(), batches[0], memory_limit="min", profile_repeats=1)
+    assert jitckpt.plan(model)["stages_sized_by_data"], jitckpt.plan(model)["text"]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         records = train(model, batches)
     assert any("the data sets the sizes" in str(w.message) for w in caught), [str(w.message) for w in caught]
     assert_same(expected, records)
-    for inputs in (MOST, (SOME[0],)):
-        info = plan_in_use(model)
-        peak = step_peak(model, inputs)
-        assert peak <= info["memory_limit"] + families.OUTSIDE_CHAIN_BYTES, \
-            f"measured {peak} bytes, limit {info['memory_limit']} ({info['num_stages']} stages)"
+    info = plan_in_use(model)
+    peak = step_peak(model, larger)
+    assert peak <= info["memory_limit"] + families.OUTSIDE_CHAIN_BYTES, \
+        f"measured {peak} bytes, limit {info['memory_limit']} ({info['num_stages']} stages)"
+    return model
+
+
+def test_a_count_of_the_data_read_stages_later_plans_again_within_the_limit():
+    plans_again_within_the_limit(Truncated, [FEW, MOST, SOME], MOST)
+
+
+def test_an_int_argument_that_sets_a_size_plans_again_within_the_limit(tmp_path):
+    """The plan's input key holds the tensors' shapes, not forward's numbers: the stages that read
+    one are sized by the data, also in the module saved and loaded again."""
+    x = FEW[0]
+    model = plans_again_within_the_limit(CutTo, [(x, 100), (x, 1500), (x, 600)], (x, 1500))
+    torch.jit.save(model, str(tmp_path / "cut.pt"))
+    loaded = torch.jit.load(str(tmp_path / "cut.pt"))
+    assert jitckpt.plan(loaded)["stages_sized_by_data"] == jitckpt.plan(model)["stages_sized_by_data"]
+
+
+def test_an_optional_mask_of_forward_keeps_the_whole_chain_and_plans_again():
+    """The BatchNorms that write their statistics do not keep the optional mask from being lifted
+    (the layers before the branch stay in the chain), and the stage that indexes with it is sized
+    by the data."""
+    model = plans_again_within_the_limit(OptionalMask, [FEW, MOST, (SOME[0],), SOME], (SOME[0],))
+    assert jitckpt.plan(model)["labels"][:3] == ["embed", "first.0", "first.1"], jitckpt.plan(model)["labels"]
