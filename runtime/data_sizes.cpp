@@ -1,6 +1,8 @@
 // Tensors sized by data (see data_sizes.h).
 #include "runtime/data_sizes.h"
 
+#include <torch/csrc/jit/ir/constants.h>
+
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -85,7 +87,8 @@ const std::unordered_set<std::string>& alwaysSizedByData() {
   static const std::unordered_set<std::string> kinds = {
       "aten::nonzero",       "aten::nonzero_numpy", "aten::argwhere",
       "aten::masked_select", "aten::unique",        "aten::_unique",
-      "aten::_unique2",      "aten::unique_dim",    "aten::unique_consecutive"};
+      "aten::_unique2",      "aten::unique_dim",    "aten::unique_consecutive",
+      "aten::bincount"};
   return kinds;
 }
 
@@ -136,6 +139,14 @@ bool sizedByData(const Node* n, ModelState& state, const NumberInputs& number_in
     }
     return false;
   }
+  // one_hot's classes counted from the values; tensor_split at a tensor of indices
+  // (a number of classes the stage takes is judged where it was made)
+  if (kind == "aten::one_hot") {
+    if (n->inputs().size() < 2) return true;
+    const auto classes = torch::jit::toIValue(n->input(1));
+    return classes && classes->isInt() && classes->toInt() < 0;
+  }
+  if (kind == "aten::tensor_split") return n->inputs().size() > 1 && holdsTensor(n->input(1));
   // where(condition) alone is nonzero; repeat_interleave with a tensor of repeats
   if (kind == "aten::where") return n->inputs().size() == 1;
   if (kind == "aten::repeat_interleave")

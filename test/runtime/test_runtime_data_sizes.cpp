@@ -50,6 +50,24 @@ TEST(DataSizes, OpsThatSizeTheirOutputByValues) {
   EXPECT_TRUE(sizedByData("  %y : Tensor[] = aten::where(%x)\n  return (%x)\n"));
   EXPECT_FALSE(sizedByData("  %y : Tensor = aten::where(%m, %x, %w)\n  return (%y)\n"));
   EXPECT_FALSE(sizedByData("  %y : Tensor = aten::relu(%x)\n  return (%y)\n"));
+  // bincount; one_hot counting its classes; tensor_split at a tensor of indices
+  EXPECT_TRUE(
+      sizedByData("  %n : NoneType = prim::Constant()\n"
+                  "  %z : int = prim::Constant[value=0]()\n"
+                  "  %y : Tensor = aten::bincount(%x, %n, %z)\n  return (%y)\n"));
+  EXPECT_TRUE(
+      sizedByData("  %c : int = prim::Constant[value=-1]()\n"
+                  "  %y : Tensor = aten::one_hot(%x, %c)\n  return (%y)\n"));
+  EXPECT_FALSE(
+      sizedByData("  %c : int = prim::Constant[value=10]()\n"
+                  "  %y : Tensor = aten::one_hot(%x, %c)\n  return (%y)\n"));
+  EXPECT_TRUE(
+      sizedByData("  %z : int = prim::Constant[value=0]()\n"
+                  "  %y : Tensor[] = aten::tensor_split(%x, %m, %z)\n  return (%x)\n"));
+  EXPECT_FALSE(
+      sizedByData("  %z : int = prim::Constant[value=0]()\n"
+                  "  %k : int = prim::Constant[value=2]()\n"
+                  "  %y : Tensor[] = aten::tensor_split(%x, %k, %z)\n  return (%x)\n"));
 }
 
 TEST(DataSizes, IndexingWithWhatTheDataComputesButNotWithTheModelsState) {
