@@ -154,7 +154,7 @@ c10::intrusive_ptr<ScheduleExecutor> executorFor(at::TensorList inputs,
                                                  at::TensorList lifted_tensors,
                                                  const c10::List<c10::IValue>& lifted_scalars,
                                                  const c10::intrusive_ptr<Plan>& plan,
-                                                 const StageOutputsGrew* grew = nullptr,
+                                                 const StageGrew* grew = nullptr,
                                                  const c10::intrusive_ptr<Plan>& ran = {}) {
   c10::AutoGradMode no_grad(false);
   c10::AutoFwGradMode no_forward_grad(false);
@@ -341,7 +341,7 @@ std::vector<at::Tensor> chainAutograd(at::TensorList inputs, at::TensorList lift
     auto executor = executorFor(inputs, lifted_tensors, lifted_scalars, plan);
     try {
       return runTraining(inputs, lifted_tensors, executor);
-    } catch (const StageOutputsGrew& grew) {
+    } catch (const StageGrew& grew) {
       // The call runs again from where it began, on a plan for its larger sizes; the new plan's
       // costs hold this call's outputs, so it does not grow again.
       rollback.restore();

@@ -3,6 +3,7 @@
 
 #include <torch/csrc/jit/ir/constants.h>
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -121,12 +122,82 @@ bool readsCallNumber(const StageSpec& stage, const std::vector<LiftedSpec>& lift
   return false;
 }
 
+// Whether a tensor read on the host holds the data's values: not a number made from sizes that
+// the stage takes, nor the model's state.
+bool readsData(const Value* read, ModelState& state, const NumberInputs& number_inputs) {
+  if (read->node()->kind() == c10::prim::Param && number_inputs.madeFromSizes(read)) return false;
+  return !state.holds(read);
+}
+
+// Whether a flag (or a number) comes from the data's values: read from a tensor the data made
+// (bool(x.any()), torch.equal), or computed from such flags and numbers. A branch on it may make
+// tensors of other sizes than the branch the profile took (n = 8 if bool(m.all()) else 64; h[:n]),
+// and a loop on it runs as many times as the data says.
+class DataFlags {
+ public:
+  DataFlags(ModelState& state, const NumberInputs& number_inputs)
+      : state_(state), number_inputs_(number_inputs) {}
+
+  bool fromData(const Value* v) {
+    const auto found = memo_.find(v);
+    if (found != memo_.end()) return found->second;
+    memo_[v] = false;
+    return memo_[v] = compute(v);
+  }
+  // Whether the data sets how many times loop `n` runs: its trip count, or its condition.
+  bool loopFromData(const Node* n) {
+    return fromData(n->input(0)) || fromData(n->input(1)) ||
+           fromData(n->blocks().at(0)->outputs().at(0));
+  }
+
+ private:
+  bool compute(const Value* v) {
+    const Node* n = v->node();
+    const std::string kind = n->kind().toQualString();
+    if (const Value* read = tensorReadIntoNumber(n)) return readsData(read, state_, number_inputs_);
+    if (kind == "aten::equal" || kind == "aten::allclose") {
+      return readsData(n->input(0), state_, number_inputs_) ||
+             readsData(n->input(1), state_, number_inputs_);
+    }
+    if (n->kind() == c10::prim::Param || n->kind() == c10::prim::Constant) return false;
+    const size_t i = v->offset();
+    if (n->kind() == c10::prim::If) {  // the branch taken, or what it yields
+      return fromData(n->input(0)) || fromData(n->blocks().at(0)->outputs().at(i)) ||
+             fromData(n->blocks().at(1)->outputs().at(i));
+    }
+    if (n->kind() == c10::prim::Loop) {  // how often it runs, what it starts from or yields
+      return loopFromData(n) || fromData(n->input(2 + i)) ||
+             fromData(n->blocks().at(0)->outputs().at(1 + i));
+    }
+    if (!n->blocks().empty()) return false;
+    for (const Value* input : n->inputs()) {
+      if (!holdsTensor(input) && fromData(input)) return true;
+    }
+    return false;
+  }
+
+  ModelState& state_;
+  const NumberInputs& number_inputs_;
+  std::unordered_map<const Value*, bool> memo_;
+};
+
+// A branch on the data that hands on what it made, or a loop that runs as often as the data says.
+bool steeredByData(const Node* n, DataFlags& flags) {
+  if (n->kind() == c10::prim::If) {
+    const auto& outputs = n->outputs();
+    return std::any_of(outputs.begin(), outputs.end(),
+                       [](const Value* v) { return v->hasUses(); }) &&
+           flags.fromData(n->input(0));
+  }
+  return n->kind() == c10::prim::Loop && flags.loopFromData(n);
+}
+
 bool sizedByData(const Node* n, ModelState& state, const NumberInputs& number_inputs) {
   const std::string kind = n->kind().toQualString();
   if (alwaysSizedByData().count(kind)) return true;
   if (const Value* read = tensorReadIntoNumber(n)) {
-    // a flag picks a branch, whose ops are judged on their own
-    if (kind == "aten::Bool") return false;
+    // a flag picks a branch or ends a loop: judged there (steeredByData)
+    if (kind == "aten::Bool" || kind == "aten::is_nonzero") return false;
     return read->node()->kind() != c10::prim::Param || !number_inputs.madeFromSizes(read);
   }
   // x[mask] keeps as many rows as the mask has true entries; an index of integers gives its own
@@ -165,15 +236,30 @@ bool anySizedByData(const torch::jit::Block* block, ModelState& state,
   return false;
 }
 
+bool anySteeredByData(const torch::jit::Block* block, DataFlags& flags) {
+  for (const Node* n : block->nodes()) {
+    if (steeredByData(n, flags)) return true;
+    for (const auto* b : n->blocks()) {
+      if (anySteeredByData(b, flags)) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 const Value* tensorReadIntoNumber(const Node* n) {
-  static const std::unordered_set<std::string> kinds = {
-      "aten::item",          "aten::_local_scalar_dense",
-      "aten::Int",           "aten::Float",
-      "aten::Bool",          "aten::IntImplicit",
-      "aten::FloatImplicit", "aten::ScalarImplicit",
-      "aten::tolist",        "prim::tolist"};
+  static const std::unordered_set<std::string> kinds = {"aten::item",
+                                                        "aten::_local_scalar_dense",
+                                                        "aten::Int",
+                                                        "aten::Float",
+                                                        "aten::Bool",
+                                                        "aten::is_nonzero",
+                                                        "aten::IntImplicit",
+                                                        "aten::FloatImplicit",
+                                                        "aten::ScalarImplicit",
+                                                        "aten::tolist",
+                                                        "prim::tolist"};
   if (!kinds.count(n->kind().toQualString()) || n->inputs().empty()) return nullptr;
   const Value* read = n->input(0);
   if (!holdsTensor(read) || carrierKinds().count(read->node()->kind().toQualString()))
@@ -182,18 +268,22 @@ const Value* tensorReadIntoNumber(const Node* n) {
 }
 
 std::vector<int> findStagesSizedByData(const std::vector<StageSpec>& stages,
-                                       const std::vector<LiftedSpec>& lifted) {
+                                       const std::vector<LiftedSpec>& lifted,
+                                       std::vector<int>* steered) {
   std::vector<int> found;
   std::vector<bool> carried;  // of the stage's activation inputs; the first stage's are the data
   for (size_t s = 0; s < stages.size(); ++s) {
     const StageSpec& stage = stages[s];
     ModelState state(stage, lifted);
-    const bool by_data =
-        readsCallNumber(stage, lifted) ||
-        anySizedByData(stage.graph->block(), state, NumberInputs(stage, lifted, carried));
+    const NumberInputs number_inputs(stage, lifted, carried);
+    DataFlags flags(state, number_inputs);
+    const bool steers = anySteeredByData(stage.graph->block(), flags);
+    const bool by_data = steers || readsCallNumber(stage, lifted) ||
+                         anySizedByData(stage.graph->block(), state, number_inputs);
     if (by_data) found.push_back(static_cast<int>(s) + 1);
-    // What this stage hands on: its own carriers where its numbers come from sizes alone, and the
-    // carriers it passes through.
+    if (steers && steered) steered->push_back(static_cast<int>(s) + 1);
+    // What this stage hands on: its own carriers where its numbers come from sizes alone (a flag
+    // of the data is not: a later stage may branch on it), and the carriers it passes through.
     std::vector<bool> next;
     for (const Value* out : stage.graph->outputs()) {
       const Node* made = out->node();
@@ -201,7 +291,8 @@ std::vector<int> findStagesSizedByData(const std::vector<StageSpec>& stages,
       if (made->kind() == c10::prim::Param)
         next.push_back(i < stage.num_activation_inputs && i < carried.size() && carried[i]);
       else
-        next.push_back(!by_data && carrierKinds().count(made->kind().toQualString()) > 0);
+        next.push_back(!by_data && carrierKinds().count(made->kind().toQualString()) > 0 &&
+                       !flags.fromData(made->input(0)));
     }
     carried = std::move(next);
   }

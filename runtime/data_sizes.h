@@ -8,7 +8,7 @@
 // shapes alone; a number read from the chain's inputs or from a tensor the model computed from them
 // before the chain is the data's. A call's data can then give the stages larger tensors than the
 // profile measured: the executor checks what each stage makes against the plan (executor.h,
-// StageOutputsGrew).
+// StageGrew).
 #pragma once
 
 #include <vector>
@@ -17,8 +17,12 @@
 
 namespace jitckpt {
 
+// `steered` (optional) gets those among them that branch or loop on the data's values: what they
+// keep for their backward may grow where their outputs do not (a loop run as often as the data
+// says), so that the executor measures it (executor.h, StageGrew).
 std::vector<int> findStagesSizedByData(const std::vector<StageSpec>& stages,
-                                       const std::vector<LiftedSpec>& lifted);
+                                       const std::vector<LiftedSpec>& lifted,
+                                       std::vector<int>* steered = nullptr);
 
 // The tensor whose value `n` reads into a number or flag on the host (item, Int, Bool, tolist,
 // ...), or null: none, or one of the partition's scalar carriers made in the stage, whose number

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <string>
 
+#include "runtime/chain_arguments.h"
 #include "runtime/probes/memory_probe.h"
 #include "solver/baselines.h"
 #include "solver/memory_limit.h"
@@ -26,8 +27,8 @@ Tensors detachAll(const Tensors& tensors) {
 
 }  // namespace
 
-StageOutputsGrew::StageOutputsGrew(int stage, int64_t bytes, int64_t planned)
-    : std::runtime_error("stage " + std::to_string(stage) + "'s outputs take " +
+StageGrew::StageGrew(int stage, const std::string& what, int64_t bytes, int64_t planned)
+    : std::runtime_error("stage " + std::to_string(stage) + "'s " + what + " take " +
                          solver::formatBytes(bytes) + " where the plan has " +
                          solver::formatBytes(planned)),
       stage(stage),
@@ -52,6 +53,11 @@ ScheduleExecutor::ScheduleExecutor(c10::intrusive_ptr<Plan> plan, ChainArguments
   checks_sizes_ = !plan_->stages().stagesSizedByData().empty() &&
                   solution.requested_limit.kind != solver::MemoryLimit::Kind::Unlimited &&
                   solution.costs.wa.size() > static_cast<size_t>(plan_->numStages());
+  measures_.assign(L_ + 1, false);
+  for (int l : plan_->stages().stagesSteeredByData()) {
+    if (checks_sizes_ && how_ == RunAs::EveryStage && l <= L_)
+      measures_[static_cast<size_t>(l)] = true;
+  }
   last_read_.assign(L_, schedule.size());
   for (size_t i = 0; i < schedule.size(); ++i) {
     const int l = schedule[i].stage;
@@ -72,7 +78,24 @@ void ScheduleExecutor::checkOutputSizes(int l, const Tensors& outputs) const {
       solver::lastStageOf(chain_->first, static_cast<size_t>(l - 1), plan_->numStages());
   const int64_t expected = plan_->solution().costs.wa[static_cast<size_t>(planned)];
   const int64_t bytes = probes::storageBytes(outputs);
-  if (bytes > expected) throw StageOutputsGrew(planned, bytes, expected);
+  if (bytes > expected) throw StageGrew(planned, "outputs", bytes, expected);
+}
+
+RecordedStage ScheduleExecutor::recordedForward(int l) {
+  if (!measures_[static_cast<size_t>(l)]) return runner_.recordedForward(l, stageInput(l));
+  // (how_ is EveryStage where sizes are checked: the call's stage l is planned stage l)
+  const solver::Costs& costs = plan_->solution().costs;
+  const c10::Device device = chainDevice(runner_.arguments()).value_or(c10::Device(c10::kCPU));
+  auto probe = probes::makeMemoryProbe(device);
+  const int64_t base = probe->resetPeak();
+  RecordedStage recorded = runner_.recordedForward(l, stageInput(l));
+  const int64_t kept = probe->currentBytes() - base, peak = probe->peakBytes() - base;
+  const auto planned = static_cast<size_t>(l);
+  if (kept > costs.wabar[planned])
+    throw StageGrew(l, "tensors kept for the backward", kept, costs.wabar[planned]);
+  if (peak > costs.wabar[planned] + costs.of[planned])
+    throw StageGrew(l, "tensors while it runs", peak, costs.wabar[planned] + costs.of[planned]);
+  return recorded;
 }
 
 const Tensors& ScheduleExecutor::stageInput(int l) const {
@@ -122,7 +145,7 @@ void ScheduleExecutor::execute(const solver::Op& op) {
   switch (op.kind) {
     case OpKind::ForwardAll: {
       RECORD_USER_SCOPE("jitckpt::Fall");
-      abar_[l] = runner_.recordedForward(l, stageInput(l));
+      abar_[l] = recordedForward(l);
       a_[l].reset();  // abar^l holds a^l
       checkOutputSizes(l, abar_[l]->outputs);
       break;

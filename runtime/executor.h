@@ -17,11 +17,14 @@
 namespace jitckpt {
 
 // Thrown by a training call where a stage's outputs take more bytes than the plan's costs say
-// (solver::Costs::wa): the call's data sets the sizes of the chain's tensors (a boolean mask,
-// nonzero), and the plan holds for the smaller ones it was profiled on. chainAutograd plans again
-// for the larger sizes and runs the call once more.
-struct StageOutputsGrew : public std::runtime_error {
-  StageOutputsGrew(int stage, int64_t bytes, int64_t planned);
+// (solver::Costs::wa), or where a stage steered by data keeps more for its backward, or needs
+// more while it runs, than they say (wabar, of): the call's data sets the sizes of the chain's
+// tensors (a boolean mask, nonzero, a loop as long as the data says), and the plan holds for the
+// smaller ones it was profiled on. chainAutograd plans again for the larger sizes and runs the
+// call once more.
+struct StageGrew : public std::runtime_error {
+  // `what`: what took the bytes ("outputs", ...)
+  StageGrew(int stage, const std::string& what, int64_t bytes, int64_t planned);
   int stage;  // planned stage (1-based)
   int64_t bytes, planned;
 };
@@ -48,7 +51,7 @@ class ScheduleExecutor : public torch::CustomClassHolder {
   // The schedule up to the first B; returns detached aliases of the chain outputs.
   Tensors runForward();
   // Puts the random generators back to where they were when the call began (before its first
-  // random stage ran), so that the call can run again as it would have: after StageOutputsGrew.
+  // random stage ran), so that the call can run again as it would have: after StageGrew.
   void restoreRandomStateOfCallStart() { runner_.restoreFirstRandomState(); }
   // The rest of the schedule. Returns one gradient per chain input, then one per lifted tensor
   // (undefined where none; the sum over the stages that read it).
@@ -73,10 +76,15 @@ class ScheduleExecutor : public torch::CustomClassHolder {
   // last forward of stage l to read it (its graph keeps what it saved).
   void releaseAfterLastRead(size_t index);
   void checkOutputGrads(const Tensors& grads) const;  // one per output, undefined where none
-  // Throws StageOutputsGrew where the outputs of the call's stage (group) l take more bytes than
+  // Throws StageGrew where the outputs of the call's stage (group) l take more bytes than
   // the plan's costs give its last planned stage; checked only where the plan has a limit and
   // stages sized by data (ChainStages::stagesSizedByData).
   void checkOutputSizes(int l, const Tensors& outputs) const;
+  // Fall(l), and where stage l is steered by data (ChainStages::stagesSteeredByData) and sizes
+  // are checked, what it keeps and its peak measured against the plan's wabar and of: throws
+  // StageGrew where either is larger. Such a stage runs forward once (stagesThatRunOnce), before
+  // any backward, so that the call can run again.
+  RecordedStage recordedForward(int l);
 
   c10::intrusive_ptr<Plan> plan_;
   RunAs how_;
@@ -90,8 +98,9 @@ class ScheduleExecutor : public torch::CustomClassHolder {
   size_t next_op_ = 0;
   // Per l in 0..L-1: the index of the schedule's last forward op of stage l+1 (which reads a^l).
   std::vector<size_t> last_read_;
-  size_t num_outputs_ = 0;     // chain outputs, one gradient each (undefined where none)
-  bool checks_sizes_ = false;  // see checkOutputSizes
+  size_t num_outputs_ = 0;      // chain outputs, one gradient each (undefined where none)
+  bool checks_sizes_ = false;   // see checkOutputSizes
+  std::vector<bool> measures_;  // per l in 1..L: see recordedForward
 };
 
 }  // namespace jitckpt

@@ -110,14 +110,14 @@ c10::intrusive_ptr<Plan> planForArguments(const c10::intrusive_ptr<Plan>& plan,
 c10::intrusive_ptr<Plan> planForLargerSizes(const c10::intrusive_ptr<Plan>& plan,
                                             const c10::intrusive_ptr<Plan>& active,
                                             const ChainArguments& arguments,
-                                            const StageOutputsGrew& grew) {
+                                            const StageGrew& grew) {
   const InputKey key = inputKey(plan->stages(), arguments);
   TORCH_CHECK(installed(), "jitckpt: this call's data makes larger tensors than the plan's (",
               grew.what(), ") and re-planning needs the jitckpt passes library: import jitckpt, ",
               "or link libjitckpt");
   TORCH_WARN("jitckpt: ", grew.what(), " (", active->solution().input_key.str(),
              "): the data sets the sizes of this chain's tensors (a boolean mask, nonzero, "
-             "unique). Profiling and solving again at the limit ",
+             "unique, a branch or a loop on its values). Profiling and solving again at the limit ",
              plan->solution().requested_limit.toString(),
              " for the larger sizes, kept with the earlier ones; this happens again only "
              "where later data makes larger tensors still. To plan once, plan with the data "

@@ -18,7 +18,7 @@
 
 namespace jitckpt {
 
-struct StageOutputsGrew;  // executor.h
+struct StageGrew;  // executor.h
 
 class Replanner {
  public:
@@ -43,13 +43,12 @@ c10::intrusive_ptr<Plan> planForArguments(const c10::intrusive_ptr<Plan>& plan,
 // it was planned with example inputs, and the largest of its plans for other inputs.
 int64_t limitSoFar(const Plan& plan);
 
-// After StageOutputsGrew: a plan for the arguments at the larger sizes their data gave, holding
+// After StageGrew: a plan for the arguments at the larger sizes their data gave, holding
 // those of `active` (the plan the call ran) too, made once and used for their input key from
 // then on. Warns, naming the stage; throws (TORCH_CHECK) when no schedule fits the limit.
 c10::intrusive_ptr<Plan> planForLargerSizes(const c10::intrusive_ptr<Plan>& plan,
                                             const c10::intrusive_ptr<Plan>& active,
-                                            const ChainArguments& arguments,
-                                            const StageOutputsGrew& grew);
+                                            const ChainArguments& arguments, const StageGrew& grew);
 
 // The plans made from one plan, by input shapes: at most kMaxPlans, the least recently used
 // dropped first, so that a run over many shapes keeps bounded memory (a dropped shape met again is

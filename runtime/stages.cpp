@@ -127,10 +127,12 @@ bool dropsOutBetweenLayers(const torch::jit::Node* n) {
 }
 
 std::vector<int> ChainStages::stagesThatRunOnce(c10::Device device) const {
+  const bool cudnn = device.is_cuda() && at::globalContext().userEnabledCuDNN();
   std::vector<int> once;
-  if (!device.is_cuda() || !at::globalContext().userEnabledCuDNN()) return once;
   for (int l = 1; l <= size(); ++l) {
-    if (recurrent_dropout_[static_cast<size_t>(l - 1)]) once.push_back(l);
+    if ((cudnn && recurrent_dropout_[static_cast<size_t>(l - 1)]) ||
+        std::binary_search(steered_by_data_.begin(), steered_by_data_.end(), l))
+      once.push_back(l);
   }
   return once;
 }
@@ -230,7 +232,7 @@ ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<Lifte
          multipliesByAComputedWeight(*stage.graph, stage.num_activation_inputs, may_require_grad)));
     stages_.push_back(std::move(stage));
   }
-  sized_by_data_ = findStagesSizedByData(stages_, lifted_);
+  sized_by_data_ = findStagesSizedByData(stages_, lifted_, &steered_by_data_);
   const auto& outputs = stages_.back().graph->outputs();
   for (size_t i = 0; i < outputs.size(); ++i)
     outputs_read_inside_.push_back(readInside(stages_, i));

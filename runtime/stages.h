@@ -70,12 +70,16 @@ class ChainStages {
   const std::vector<StageSpec>& stages() const { return stages_; }
   bool hasRandomOps(int l) const { return random_.at(l - 1); }  // dropout and the like
   // The stages whose forward may run only once on `device` (solver::Costs::runs_once): on CUDA
-  // with cuDNN enabled, those with a recurrent layer that drops out between its layers.
+  // with cuDNN enabled, those with a recurrent layer that drops out between its layers; on every
+  // device, those steered by data (stagesSteeredByData), so that the one run, which records, comes
+  // before any backward and a call that keeps more than planned can run again.
   std::vector<int> stagesThatRunOnce(c10::Device device) const;
   // The stages with an op that makes a tensor whose size comes from values, not shapes
   // (nonzero, masked_select, unique, indexing that may take a boolean mask, a tensor read as a
   // number): a call's data can give them larger tensors than the profile measured.
   const std::vector<int>& stagesSizedByData() const { return sized_by_data_; }
+  // Those of them that branch or loop on the data's values (findStagesSizedByData).
+  const std::vector<int>& stagesSteeredByData() const { return steered_by_data_; }
   // Whether stage l holds an op whose kernel depends on the autograd state (RNNs, attention):
   // its runs without a graph must still run as the recording run does to give the same bits.
   bool hasAutogradDependentKernels(int l) const { return autograd_kernels_.at(l - 1); }
@@ -132,7 +136,7 @@ class ChainStages {
   std::vector<bool> random_;
   std::vector<bool> recurrent_dropout_;
   std::vector<bool> autograd_kernels_;
-  std::vector<int> sized_by_data_;
+  std::vector<int> sized_by_data_, steered_by_data_;
   std::vector<bool> outputs_read_inside_;
   std::vector<bool> outputs_never_require_grad_;
   mutable std::mutex never_mutex_;

@@ -60,6 +60,7 @@ def batch(valid: float, seed: int):
 
 
 FEW, MANY, MOST, SOME = batch(0.1, 1), batch(0.6, 2), batch(0.9, 3), batch(0.3, 4)
+ALL = batch(1.1, 5)  # every token valid
 
 
 def loss(output: Tensor) -> Tensor:
@@ -237,6 +238,42 @@ class OptionalMask(TwoGroups):
         return self.head(h)
 
 
+class PickedCount(TwoGroups):
+    """Cut to a count that a flag of the data picks: every token where all are valid, else 64."""
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        h = self.embed(x.flatten(0, 1))
+        for block in self.first:
+            h = block(h)
+        if bool(mask.all()):
+            n = h.size(0)
+        else:
+            n = 64
+        h = h[:n]
+        for block in self.second:
+            h = block(h)
+        return self.head(h)
+
+
+class Repeated(TwoGroups):
+    """A layer applied as many times as the data says, between the two groups: what its stage keeps
+    for the backward grows with the count while its output keeps its size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(D, D)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        h = self.embed(x.flatten(0, 1))
+        for block in self.first:
+            h = block(h)
+        for _ in range(int(mask.sum()) // 256 + 1):
+            h = h + 0.5 * torch.tanh(self.body(h))
+        for block in self.second:
+            h = block(h)
+        return self.head(h)
+
+
 def plans_again_within_the_limit(cls, batches, larger) -> torch.jit.ScriptModule:
     """Planned at "min" on the first batch, trained on all: sized by the data, planned again with a
     warning, bit for bit like the unmodified model, and a call with the `larger` inputs within the
@@ -282,3 +319,18 @@ def test_an_optional_mask_of_forward_keeps_the_whole_chain_and_plans_again():
     by the data."""
     model = plans_again_within_the_limit(OptionalMask, [FEW, MOST, (SOME[0],), SOME], (SOME[0],))
     assert jitckpt.plan(model)["labels"][:3] == ["embed", "first.0", "first.1"], jitckpt.plan(model)["labels"]
+
+
+def test_a_count_a_flag_of_the_data_picks_plans_again_within_the_limit():
+    plans_again_within_the_limit(PickedCount, [FEW, ALL, SOME], ALL)
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bfloat16"])
+def test_a_loop_as_long_as_the_data_says_plans_again_within_the_limit(autocast):
+    """The loop's stage keeps more for its backward on MOST (eight rounds) than on FEW (one) with
+    an output of the same size: it runs forward once, before any backward, and what it keeps is
+    measured against the plan (under autocast too, where a stage keeps its casts)."""
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        model = plans_again_within_the_limit(Repeated, [FEW, MOST, SOME], MOST)
+    info = jitckpt.plan(model)
+    assert info["stages_sized_by_data"] == [info["labels"].index("body") + 1], info["text"]

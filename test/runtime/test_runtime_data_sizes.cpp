@@ -15,28 +15,55 @@
 namespace jitckpt::test {
 namespace {
 
-const std::vector<LiftedSpec> kLifted = {
-    {"w", LiftedKind::Parameter}, {"b", LiftedKind::Buffer}, {"m", LiftedKind::Side}};
+// What every stage takes after its activations: the lifted values, and how its graph declares them.
+struct Lifted {
+  std::vector<LiftedSpec> specs;
+  std::string inputs;
+};
+const Lifted kLifted = {
+    {{"w", LiftedKind::Parameter}, {"b", LiftedKind::Buffer}, {"m", LiftedKind::Side}},
+    "%w : Tensor, %b : Tensor, %m : Tensor"};
 
-// Each stage: its activation inputs ("%x : Tensor, %c : Tensor") and its body.
+// Each stage: its activation inputs ("%x : Tensor, %c : Tensor") and its body. `steered`
+// (optional): the stages that branch or loop on the data.
 std::vector<int> stagesSizedByData(
-    const std::vector<std::pair<std::string, std::string>>& activations_and_bodies) {
+    const std::vector<std::pair<std::string, std::string>>& activations_and_bodies,
+    std::vector<int>* steered = nullptr, const Lifted& lifted = kLifted) {
   std::vector<StageSpec> stages;
   for (const auto& [activations, body] : activations_and_bodies) {
     StageSpec stage;
     stage.graph = std::make_shared<torch::jit::Graph>();
-    torch::jit::parseIR(
-        "graph(" + activations + ", %w : Tensor, %b : Tensor, %m : Tensor):\n" + body,
-        stage.graph.get());
-    stage.num_activation_inputs = stage.graph->inputs().size() - kLifted.size();
-    stage.lifted = {0, 1, 2};
+    torch::jit::parseIR("graph(" + activations + ", " + lifted.inputs + "):\n" + body,
+                        stage.graph.get());
+    stage.num_activation_inputs = stage.graph->inputs().size() - lifted.specs.size();
+    for (size_t i = 0; i < lifted.specs.size(); ++i) stage.lifted.push_back(i);
     stages.push_back(std::move(stage));
   }
-  return findStagesSizedByData(stages, kLifted);
+  return findStagesSizedByData(stages, lifted.specs, steered);
 }
 
 bool sizedByData(const std::string& body) {
   return !stagesSizedByData({{"%x : Tensor", body}}).empty();
+}
+
+// Whether one stage over %x is sized by data and steered by it: {sized, steered}.
+std::pair<bool, bool> steeredByData(const std::string& body) {
+  std::vector<int> steered;
+  const bool sized = !stagesSizedByData({{"%x : Tensor", body}}, &steered).empty();
+  return {sized, !steered.empty()};
+}
+
+// A branch on `flag` that picks 4 or 8, handed on where `used`.
+std::string pickOnFlag(const std::string& flag, bool used = true) {
+  return "  %k : int = prim::If(" + flag +
+         ")\n"
+         "    block0():\n"
+         "      %four : int = prim::Constant[value=4]()\n"
+         "      -> (%four)\n"
+         "    block1():\n"
+         "      %eight : int = prim::Constant[value=8]()\n"
+         "      -> (%eight)\n" +
+         (used ? "  return (%x, %k)\n" : "  return (%x)\n");
 }
 
 }  // namespace
@@ -125,6 +152,81 @@ TEST(DataSizes, NumbersReadFromTensorsButNotTheSizesCarriedAcrossCuts) {
                   "  %y : Tensor = aten::repeat_interleave(%x, %m, %n, %n)\n  return (%y)\n"));
 }
 
+TEST(DataSizes, BranchesAndLoopsOnTheDataButNotOnSizesOrTheModelsState) {
+  const std::pair<bool, bool> yes{true, true}, no{false, false};
+  // n = 4 if bool(m.any()) else 8; a flag of torch.equal or of `if x:`
+  EXPECT_EQ(steeredByData("  %a : Tensor = aten::any(%m)\n"
+                          "  %f : bool = aten::Bool(%a)\n" +
+                          pickOnFlag("%f")),
+            yes);
+  EXPECT_EQ(steeredByData("  %f : bool = aten::equal(%x, %w)\n" + pickOnFlag("%f")), yes);
+  EXPECT_EQ(steeredByData("  %f : bool = aten::is_nonzero(%x)\n" + pickOnFlag("%f")), yes);
+  // a flag of a size, or of a buffer; a branch on the data that hands nothing on
+  EXPECT_EQ(steeredByData("  %d : int = prim::Constant[value=0]()\n"
+                          "  %s : int = aten::size(%x, %d)\n"
+                          "  %f : bool = aten::gt(%s, %d)\n" +
+                          pickOnFlag("%f")),
+            no);
+  EXPECT_EQ(steeredByData("  %f : bool = aten::Bool(%b)\n" + pickOnFlag("%f")), no);
+  EXPECT_EQ(steeredByData("  %f : bool = aten::Bool(%x)\n" + pickOnFlag("%f", false)), no);
+  // `s > 0 and bool(m)`: the flag the first branch yields steers the second
+  EXPECT_EQ(steeredByData("  %d : int = prim::Constant[value=0]()\n"
+                          "  %s : int = aten::size(%x, %d)\n"
+                          "  %g : bool = aten::gt(%s, %d)\n"
+                          "  %f : bool = prim::If(%g)\n"
+                          "    block0():\n"
+                          "      %v : bool = aten::Bool(%m)\n"
+                          "      -> (%v)\n"
+                          "    block1():\n"
+                          "      %no : bool = prim::Constant[value=0]()\n"
+                          "      -> (%no)\n" +
+                          pickOnFlag("%f")),
+            yes);
+  // a loop as long as the data says: its condition, or its count
+  EXPECT_EQ(steeredByData("  %t : bool = prim::Constant[value=1]()\n"
+                          "  %n : int = prim::Constant[value=9223372036854775807]()\n"
+                          "  %y : Tensor = prim::Loop(%n, %t, %x)\n"
+                          "    block0(%i : int, %h : Tensor):\n"
+                          "      %z : Tensor = aten::tanh(%h)\n"
+                          "      %go : bool = aten::Bool(%z)\n"
+                          "      -> (%go, %z)\n"
+                          "  return (%y)\n"),
+            yes);
+  EXPECT_EQ(steeredByData("  %t : bool = prim::Constant[value=1]()\n"
+                          "  %n : int = aten::Int(%m)\n"
+                          "  %y : Tensor = prim::Loop(%n, %t, %x)\n"
+                          "    block0(%i : int, %h : Tensor):\n"
+                          "      %z : Tensor = aten::tanh(%h)\n"
+                          "      -> (%t, %z)\n"
+                          "  return (%y)\n"),
+            yes);
+  // a flag of the data carried to a later stage, which branches on it
+  std::vector<int> steered;
+  EXPECT_EQ(stagesSizedByData(
+                {{"%x : Tensor",
+                  "  %a : Tensor = aten::any(%x)\n"
+                  "  %f : bool = aten::Bool(%a)\n"
+                  "  %i : int = prim::Constant[value=11]()\n"
+                  "  %n : NoneType = prim::Constant()\n"
+                  "  %no : bool = prim::Constant[value=0]()\n"
+                  "  %c : Tensor = aten::tensor(%f, %i, %n, %no)\n"
+                  "  return (%x, %c)\n"},
+                 {"%x : Tensor, %c : Tensor", "  %g : bool = aten::Bool(%c)\n" + pickOnFlag("%g")}},
+                &steered),
+            std::vector<int>{2});
+  EXPECT_EQ(steered, std::vector<int>{2});
+  // as many times as a size says
+  EXPECT_EQ(steeredByData("  %t : bool = prim::Constant[value=1]()\n"
+                          "  %d : int = prim::Constant[value=0]()\n"
+                          "  %n : int = aten::size(%x, %d)\n"
+                          "  %y : Tensor = prim::Loop(%n, %t, %x)\n"
+                          "    block0(%i : int, %h : Tensor):\n"
+                          "      %z : Tensor = aten::tanh(%h)\n"
+                          "      -> (%t, %z)\n"
+                          "  return (%y)\n"),
+            no);
+}
+
 TEST(DataSizes, NumbersReadFromTheDataAcrossCutsButNotTheSizesCarried) {
   const std::string x = "%x : Tensor", xc = "%x : Tensor, %c : Tensor";
   const std::string read = "  %k : int = aten::Int(%c)\n  return (%x)\n";
@@ -163,22 +265,15 @@ TEST(DataSizes, NumbersReadFromTheDataAcrossCutsButNotTheSizesCarried) {
                   "  return (%y)\n"));
 }
 
-}  // namespace jitckpt::test
-
-namespace jitckpt::test {
 namespace {
 
 // One stage over %x, an int %n and an Optional[Tensor] %o, each set by the call beyond its
 // tensors' shapes (forward's arguments) or not (attributes).
 bool sizedByCallValues(bool beyond_shapes, const std::string& body) {
-  StageSpec stage;
-  stage.graph = std::make_shared<torch::jit::Graph>();
-  torch::jit::parseIR("graph(%x : Tensor, %n : int, %o : Tensor?):\n" + body, stage.graph.get());
-  stage.num_activation_inputs = 1;
-  stage.lifted = {0, 1};
-  const std::vector<LiftedSpec> lifted = {{"n", LiftedKind::Scalar, beyond_shapes},
-                                          {"o", LiftedKind::Scalar, beyond_shapes}};
-  return !findStagesSizedByData({stage}, lifted).empty();
+  const Lifted lifted = {
+      {{"n", LiftedKind::Scalar, beyond_shapes}, {"o", LiftedKind::Scalar, beyond_shapes}},
+      "%n : int, %o : Tensor?"};
+  return !stagesSizedByData({{"%x : Tensor", body}}, nullptr, lifted).empty();
 }
 
 }  // namespace
