@@ -36,8 +36,6 @@ bool readsValues(const Node* n) {
 // Whether number `v` comes from the stage's inputs' sizes, constants and lifted numbers alone
 // (twinKey compares all three), not from a tensor's values.
 bool fromSizes(const Value* v) {
-  static const std::unordered_set<std::string> sizes = {"aten::size", "aten::dim", "aten::numel",
-                                                        "aten::sym_size", "aten::sym_numel"};
   static const std::unordered_set<std::string> arithmetic = {"aten::add",
                                                              "aten::sub",
                                                              "aten::mul",
@@ -79,7 +77,7 @@ bool fromSizes(const Value* v) {
       if (!fromSizes(b->outputs().at(returned))) return false;
     return true;
   }
-  if (sizes.count(kind)) {
+  if (readsShapeOnly(n)) {
     for (size_t i = 1; i < n->inputs().size(); ++i)
       if (!fromSizes(n->input(i))) return false;
     return true;

@@ -5,8 +5,9 @@
 
 #include <algorithm>
 #include <string>
-#include <unordered_map>
 #include <unordered_set>
+
+#include "runtime/value_judgement.h"
 
 namespace jitckpt {
 namespace {
@@ -16,20 +17,15 @@ using torch::jit::Value;
 
 // Whether `v` holds the same values at every call: made of constants, parameters, buffers and
 // flags alone (a relative position index that a buffer holds), not of the data.
-class ModelState {
+class ModelState : public ValueJudgement {
  public:
   ModelState(const StageSpec& stage, const std::vector<LiftedSpec>& lifted)
-      : stage_(stage), lifted_(lifted) {}
+      : ValueJudgement(false), stage_(stage), lifted_(lifted) {}
 
-  bool holds(const Value* v) {
-    const auto found = memo_.find(v);
-    if (found != memo_.end()) return found->second;
-    memo_[v] = false;  // (a cycle cannot occur in a graph; this bounds the walk all the same)
-    return memo_[v] = compute(v);
-  }
+  bool holds(const Value* v) { return of(v); }
 
  private:
-  bool compute(const Value* v) {
+  bool judge(const Value* v) override {
     const Node* n = v->node();
     if (n->kind() == c10::prim::Param) {
       // a loop's carried value (its block's parameter) is not the model's state
@@ -49,7 +45,6 @@ class ModelState {
 
   const StageSpec& stage_;
   const std::vector<LiftedSpec>& lifted_;
-  std::unordered_map<const Value*, bool> memo_;
 };
 
 // The partition's scalar carriers: 0-dim tensors made from a number in the stage that computed it.
@@ -133,17 +128,12 @@ bool readsData(const Value* read, ModelState& state, const NumberInputs& number_
 // (bool(x.any()), torch.equal), or computed from such flags and numbers. A branch on it may make
 // tensors of other sizes than the branch the profile took (n = 8 if bool(m.all()) else 64; h[:n]),
 // and a loop on it runs as many times as the data says.
-class DataFlags {
+class DataFlags : public ValueJudgement {
  public:
   DataFlags(ModelState& state, const NumberInputs& number_inputs)
-      : state_(state), number_inputs_(number_inputs) {}
+      : ValueJudgement(false), state_(state), number_inputs_(number_inputs) {}
 
-  bool fromData(const Value* v) {
-    const auto found = memo_.find(v);
-    if (found != memo_.end()) return found->second;
-    memo_[v] = false;
-    return memo_[v] = compute(v);
-  }
+  bool fromData(const Value* v) { return of(v); }
   // Whether the data sets how many times loop `n` runs: its trip count, or its condition.
   bool loopFromData(const Node* n) {
     return fromData(n->input(0)) || fromData(n->input(1)) ||
@@ -151,7 +141,7 @@ class DataFlags {
   }
 
  private:
-  bool compute(const Value* v) {
+  bool judge(const Value* v) override {
     const Node* n = v->node();
     const std::string kind = n->kind().toQualString();
     if (const Value* read = tensorReadIntoNumber(n)) return readsData(read, state_, number_inputs_);
@@ -178,7 +168,6 @@ class DataFlags {
 
   ModelState& state_;
   const NumberInputs& number_inputs_;
-  std::unordered_map<const Value*, bool> memo_;
 };
 
 // A branch on the data that hands on what it made, or a loop that runs as often as the data says.
@@ -265,6 +254,12 @@ const Value* tensorReadIntoNumber(const Node* n) {
   if (!holdsTensor(read) || carrierKinds().count(read->node()->kind().toQualString()))
     return nullptr;
   return read;
+}
+
+bool readsShapeOnly(const Node* n) {
+  static const std::unordered_set<std::string> kinds = {"aten::size", "aten::dim", "aten::numel",
+                                                        "aten::sym_size", "aten::sym_numel"};
+  return kinds.count(n->kind().toQualString()) > 0;
 }
 
 std::vector<int> findStagesSizedByData(const std::vector<StageSpec>& stages,

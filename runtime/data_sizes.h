@@ -30,4 +30,8 @@ std::vector<int> findStagesSizedByData(const std::vector<StageSpec>& stages,
 // judge (findStagesSizedByData).
 const torch::jit::Value* tensorReadIntoNumber(const torch::jit::Node* n);
 
+// Whether `n` reads a tensor's shape and not its values (size, dim, numel and their symbolic
+// forms): a number it makes is the same for every call with the same shapes.
+bool readsShapeOnly(const torch::jit::Node* n);
+
 }  // namespace jitckpt
