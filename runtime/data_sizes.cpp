@@ -117,6 +117,14 @@ bool readsCallNumber(const StageSpec& stage, const std::vector<LiftedSpec>& lift
   return false;
 }
 
+// A Python function TorchScript calls as it is (@torch.jit.ignore): it may compute its result from
+// the values of the tensors it takes.
+bool opaqueOnData(const Node* n, ModelState& state) {
+  if (n->kind() != c10::prim::PythonOp) return false;
+  const auto inputs = n->inputs();
+  return std::any_of(inputs.begin(), inputs.end(), [&](const Value* v) { return !state.holds(v); });
+}
+
 // Whether a tensor read on the host holds the data's values: not a number made from sizes that
 // the stage takes, nor the model's state.
 bool readsData(const Value* read, ModelState& state, const NumberInputs& number_inputs) {
@@ -145,6 +153,7 @@ class DataFlags : public ValueJudgement {
     const Node* n = v->node();
     const std::string kind = n->kind().toQualString();
     if (const Value* read = tensorReadIntoNumber(n)) return readsData(read, state_, number_inputs_);
+    if (opaqueOnData(n, state_)) return true;
     if (kind == "aten::equal" || kind == "aten::allclose") {
       return readsData(n->input(0), state_, number_inputs_) ||
              readsData(n->input(1), state_, number_inputs_);
@@ -184,6 +193,11 @@ bool steeredByData(const Node* n, DataFlags& flags) {
 bool sizedByData(const Node* n, ModelState& state, const NumberInputs& number_inputs) {
   const std::string kind = n->kind().toQualString();
   if (alwaysSizedByData().count(kind)) return true;
+  if (opaqueOnData(n, state)) {  // a number it returns may be a size
+    const auto outputs = n->outputs();
+    return std::any_of(outputs.begin(), outputs.end(),
+                       [](const Value* v) { return holdsNumber(v->type()); });
+  }
   if (const Value* read = tensorReadIntoNumber(n)) {
     // a flag picks a branch or ends a loop: judged there (steeredByData)
     if (kind == "aten::Bool" || kind == "aten::is_nonzero") return false;

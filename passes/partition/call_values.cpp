@@ -31,7 +31,7 @@ class CallValues : public ValueJudgement {
     if (kind == "prim::Constant" || kind == "prim::GetAttr" || readsShapeOnly(n) ||
         metadata.count(kind))
       return false;
-    if (tensorReadIntoNumber(n)) return true;
+    if (tensorReadIntoNumber(n) || n->kind() == c10::prim::PythonOp) return true;
     // an if's or a loop's result: its inputs and what each block returns for it
     if (kind == "prim::If" || kind == "prim::Loop") {
       const size_t returned = v->offset() + (kind == "prim::Loop" ? 1 : 0);

@@ -274,6 +274,24 @@ class Repeated(TwoGroups):
         return self.head(h)
 
 
+@torch.jit.ignore
+def count_valid(mask: Tensor) -> int:
+    return int(mask.sum())
+
+
+class CountedInPython(TwoGroups):
+    """Cut to a count that a Python function TorchScript does not compile returns."""
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        h = self.embed(x.flatten(0, 1))
+        for block in self.first:
+            h = block(h)
+        h = h[: count_valid(mask)]
+        for block in self.second:
+            h = block(h)
+        return self.head(h)
+
+
 def plans_again_within_the_limit(cls, batches, larger) -> torch.jit.ScriptModule:
     """Planned at "min" on the first batch, trained on all: sized by the data, planned again with a
     warning, bit for bit like the unmodified model, and a call with the `larger` inputs within the
@@ -319,6 +337,10 @@ def test_an_optional_mask_of_forward_keeps_the_whole_chain_and_plans_again():
     by the data."""
     model = plans_again_within_the_limit(OptionalMask, [FEW, MOST, (SOME[0],), SOME], (SOME[0],))
     assert jitckpt.plan(model)["labels"][:3] == ["embed", "first.0", "first.1"], jitckpt.plan(model)["labels"]
+
+
+def test_a_count_from_an_ignored_python_function_plans_again_within_the_limit():
+    plans_again_within_the_limit(CountedInPython, [FEW, MOST, SOME], MOST)
 
 
 def test_a_count_a_flag_of_the_data_picks_plans_again_within_the_limit():
