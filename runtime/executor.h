@@ -81,9 +81,9 @@ class ScheduleExecutor : public torch::CustomClassHolder {
   // stages sized by data (ChainStages::stagesSizedByData).
   void checkOutputSizes(int l, const Tensors& outputs) const;
   // Fall(l), and where stage l is steered by data (ChainStages::stagesSteeredByData) and sizes
-  // are checked, what it keeps and its peak measured against the plan's wabar and of: throws
-  // StageGrew where either is larger. Such a stage runs forward once (stagesThatRunOnce), before
-  // any backward, so that the call can run again.
+  // are checked, what it keeps and (on the CPU) its peak measured against the plan's wabar and
+  // of: throws StageGrew where either is larger. Such a stage runs forward once
+  // (stagesThatRunOnce), before any backward, so that the call can run again.
   RecordedStage recordedForward(int l);
 
   c10::intrusive_ptr<Plan> plan_;
