@@ -193,11 +193,8 @@ bool steeredByData(const Node* n, DataFlags& flags) {
 bool sizedByData(const Node* n, ModelState& state, const NumberInputs& number_inputs) {
   const std::string kind = n->kind().toQualString();
   if (alwaysSizedByData().count(kind)) return true;
-  if (opaqueOnData(n, state)) {  // a number it returns may be a size
-    const auto outputs = n->outputs();
-    return std::any_of(outputs.begin(), outputs.end(),
-                       [](const Value* v) { return holdsNumber(v->type()); });
-  }
+  // what it returns may be a size, or a tensor that its values sized
+  if (opaqueOnData(n, state)) return !n->outputs().empty();
   if (const Value* read = tensorReadIntoNumber(n)) {
     // a flag picks a branch or ends a loop: judged there (steeredByData)
     if (kind == "aten::Bool" || kind == "aten::is_nonzero") return false;

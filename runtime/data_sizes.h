@@ -2,7 +2,7 @@
 // returns those that hold an op whose output size comes from the values of its inputs, not from
 // their shapes (nonzero, masked_select, unique, bincount, one_hot counting its classes, indexing
 // with a tensor that the data computes, which may be a boolean mask, a tensor read as a number that
-// may become a size, a number that a Python function returns, a number of the call that the input
+// may become a size, what a Python function returns, a number of the call that the input
 // key does not hold, such as an int argument of forward). An index that parameters and buffers
 // alone make (a relative position table's) is the same at every call, and so is a number the
 // partition carries across cuts from a stage sized by shapes alone; a number read from the chain's
