@@ -53,11 +53,7 @@ ScheduleExecutor::ScheduleExecutor(c10::intrusive_ptr<Plan> plan, ChainArguments
   checks_sizes_ = !plan_->stages().stagesSizedByData().empty() &&
                   solution.requested_limit.kind != solver::MemoryLimit::Kind::Unlimited &&
                   solution.costs.wa.size() > static_cast<size_t>(plan_->numStages());
-  measures_.assign(L_ + 1, false);
-  for (int l : plan_->stages().stagesSteeredByData()) {
-    if (checks_sizes_ && how_ == RunAs::EveryStage && l <= L_)
-      measures_[static_cast<size_t>(l)] = true;
-  }
+  device_ = chainDevice(runner_.arguments()).value_or(c10::Device(c10::kCPU));
   last_read_.assign(L_, schedule.size());
   for (size_t i = 0; i < schedule.size(); ++i) {
     const int l = schedule[i].stage;
@@ -81,25 +77,58 @@ void ScheduleExecutor::checkOutputSizes(int l, const Tensors& outputs) const {
   if (bytes > expected) throw StageGrew(planned, "outputs", bytes, expected);
 }
 
+// Around one forward of a stage sized by data: the bytes it leaves held, and on the CPU its peak
+// (there a caller's own peak survives the reset, counting_allocator.h; CUDA's peak statistic
+// would lose it).
+class StageMemoryWatch {
+ public:
+  explicit StageMemoryWatch(c10::Device device)
+      : probe_(probes::makeMemoryProbe(device)),
+        peaks_(device.is_cpu()),
+        base_(peaks_ ? probe_->resetPeak() : probe_->currentBytes()) {}
+  int64_t held() { return probe_->currentBytes() - base_; }
+  int64_t peak() { return peaks_ ? probe_->peakBytes() - base_ : 0; }
+
+ private:
+  std::unique_ptr<probes::MemoryProbe> probe_;
+  bool peaks_;
+  int64_t base_;
+};
+
+bool ScheduleExecutor::watches(int l) const {
+  if (!checks_sizes_ || how_ != RunAs::EveryStage) return false;
+  const auto& steered = plan_->stages().stagesSteeredByData();
+  if (std::binary_search(steered.begin(), steered.end(), l)) return true;
+  const auto& sized = plan_->stages().stagesSizedByData();
+  return in_forward_ && std::binary_search(sized.begin(), sized.end(), l);
+}
+
 RecordedStage ScheduleExecutor::recordedForward(int l) {
-  if (!measures_[static_cast<size_t>(l)]) return runner_.recordedForward(l, stageInput(l));
-  // (how_ is EveryStage where sizes are checked: the call's stage l is planned stage l)
+  if (!watches(l)) return runner_.recordedForward(l, stageInput(l));
+  // (how_ is EveryStage: the call's stage l is planned stage l)
   const solver::Costs& costs = plan_->solution().costs;
-  const c10::Device device = chainDevice(runner_.arguments()).value_or(c10::Device(c10::kCPU));
-  auto probe = probes::makeMemoryProbe(device);
-  // The peak only on the CPU, where a caller's own peak survives the reset (counting_allocator.h);
-  // CUDA's peak statistic would lose it.
-  const bool peaks = device.is_cpu();
-  const int64_t base = peaks ? probe->resetPeak() : probe->currentBytes();
+  StageMemoryWatch watch(device_);
   RecordedStage recorded = runner_.recordedForward(l, stageInput(l));
-  const int64_t kept = probe->currentBytes() - base;
   const auto planned = static_cast<size_t>(l);
+  const int64_t kept = watch.held(), peak = watch.peak();
   if (kept > costs.wabar[planned])
     throw StageGrew(l, "tensors kept for the backward", kept, costs.wabar[planned]);
-  const int64_t peak = peaks ? probe->peakBytes() - base : 0;
   if (peak > costs.wabar[planned] + costs.of[planned])
     throw StageGrew(l, "tensors while it runs", peak, costs.wabar[planned] + costs.of[planned]);
   return recorded;
+}
+
+Tensors ScheduleExecutor::stageForward(int l) {
+  if (!watches(l) || !device_.is_cpu()) return runner_.forward(l, stageInput(l));
+  const solver::Costs& costs = plan_->solution().costs;
+  StageMemoryWatch watch(device_);
+  Tensors outputs = runner_.forward(l, stageInput(l));
+  // what it made of its outputs, and its overhead, as the profile measured them
+  const int64_t allowed =
+      costs.wa[static_cast<size_t>(l)] - costs.passedBytes(l) + costs.noGradForwardOverhead(l);
+  const int64_t peak = watch.peak();
+  if (peak > allowed) throw StageGrew(l, "tensors while it runs", peak, allowed);
+  return outputs;
 }
 
 const Tensors& ScheduleExecutor::stageInput(int l) const {
@@ -157,7 +186,7 @@ void ScheduleExecutor::execute(const solver::Op& op) {
     case OpKind::ForwardCheck:
     case OpKind::ForwardNone: {
       RECORD_USER_SCOPE(op.kind == OpKind::ForwardNone ? "jitckpt::Fn" : "jitckpt::Fck");
-      Tensors outputs = runner_.forward(l, stageInput(l));
+      Tensors outputs = stageForward(l);
       checkOutputSizes(l, outputs);
       if (op.kind == OpKind::ForwardNone) a_[l - 1].reset();  // abar^{l-1}, if held, stays
       a_[l] = std::move(outputs);
@@ -213,11 +242,13 @@ void ScheduleExecutor::backwardRun(int l, int m) {
 
 Tensors ScheduleExecutor::runForward() {
   const auto& schedule = chain_->schedule;
+  in_forward_ = true;
   for (; next_op_ < schedule.size(); ++next_op_) {
     if (schedule[next_op_].kind == solver::OpKind::Backward) break;
     execute(schedule[next_op_]);
     releaseAfterLastRead(next_op_);
   }
+  in_forward_ = false;
   TORCH_INTERNAL_ASSERT(next_op_ < schedule.size() && schedule[next_op_].stage == L_ + 1,
                         "jitckpt executor: the schedule's forward part does not end at B(", L_ + 1,
                         ")");

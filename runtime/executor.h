@@ -80,11 +80,15 @@ class ScheduleExecutor : public torch::CustomClassHolder {
   // the plan's costs give its last planned stage; checked only where the plan has a limit and
   // stages sized by data (ChainStages::stagesSizedByData).
   void checkOutputSizes(int l, const Tensors& outputs) const;
-  // Fall(l), and where stage l is steered by data (ChainStages::stagesSteeredByData) and sizes
-  // are checked, what it keeps and (on the CPU) its peak measured against the plan's wabar and
-  // of: throws StageGrew where either is larger. Such a stage runs forward once
-  // (stagesThatRunOnce), before any backward, so that the call can run again.
-  RecordedStage recordedForward(int l);
+  // Where sizes are checked, the forwards of a stage sized by data are watched: those of a stage
+  // steered by data (ChainStages::stagesSteeredByData), which runs forward once and records then,
+  // and the others' in the forward part of the call, where it can still run again. What a watched
+  // Fall keeps and its peak (on the CPU) are measured against the plan's wabar and wabar + of, a
+  // watched F∅'s peak (on the CPU) against what it makes of a^l and of_nograd: StageGrew where
+  // one is larger. Later forwards run the data the watched ones ran.
+  bool watches(int l) const;
+  RecordedStage recordedForward(int l);  // Fall(l)
+  Tensors stageForward(int l);           // F∅ or Fck(l)
 
   c10::intrusive_ptr<Plan> plan_;
   RunAs how_;
@@ -98,9 +102,10 @@ class ScheduleExecutor : public torch::CustomClassHolder {
   size_t next_op_ = 0;
   // Per l in 0..L-1: the index of the schedule's last forward op of stage l+1 (which reads a^l).
   std::vector<size_t> last_read_;
-  size_t num_outputs_ = 0;      // chain outputs, one gradient each (undefined where none)
-  bool checks_sizes_ = false;   // see checkOutputSizes
-  std::vector<bool> measures_;  // per l in 1..L: see recordedForward
+  size_t num_outputs_ = 0;         // chain outputs, one gradient each (undefined where none)
+  bool checks_sizes_ = false;      // see checkOutputSizes
+  c10::Device device_{c10::kCPU};  // the chain's
+  bool in_forward_ = false;        // in runForward: see watches
 };
 
 }  // namespace jitckpt

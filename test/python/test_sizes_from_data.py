@@ -274,6 +274,26 @@ class Repeated(TwoGroups):
         return self.head(h)
 
 
+class Packed(TwoGroups):
+    """The valid tokens through a wide layer, added back at their positions: the stage's tensors
+    grow with the valid tokens while its output keeps its size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide = nn.Linear(D, 16 * D)
+        self.back = nn.Linear(16 * D, D)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        h = self.embed(x.flatten(0, 1))
+        for block in self.first:
+            h = block(h)
+        valid = mask.flatten().nonzero().squeeze(1)
+        h = h.index_add(0, valid, self.back(torch.relu(self.wide(h[valid]))))
+        for block in self.second:
+            h = block(h)
+        return self.head(h)
+
+
 @torch.jit.ignore
 def count_valid(mask: Tensor) -> int:
     return int(mask.sum())
@@ -356,3 +376,11 @@ def test_a_loop_as_long_as_the_data_says_plans_again_within_the_limit(autocast):
         model = plans_again_within_the_limit(Repeated, [FEW, MOST, SOME], MOST)
     info = jitckpt.plan(model)
     assert info["stages_sized_by_data"] == [info["labels"].index("body") + 1], info["text"]
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bfloat16"])
+def test_tensors_that_grow_inside_a_stage_plan_again_within_the_limit(autocast):
+    """The packed stage's output keeps its size on MOST; its peak, watched in the forward part of
+    the call, does not."""
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        plans_again_within_the_limit(Packed, [FEW, MOST, SOME], MOST)
