@@ -17,11 +17,11 @@
 namespace jitckpt {
 
 // Thrown by a training call where a stage's outputs take more bytes than the plan's costs say
-// (solver::Costs::wa), or where a stage steered by data keeps more for its backward, or needs
-// more while it runs, than they say (wabar, of): the call's data sets the sizes of the chain's
-// tensors (a boolean mask, nonzero, a loop as long as the data says), and the plan holds for the
-// smaller ones it was profiled on. chainAutograd plans again for the larger sizes and runs the
-// call once more.
+// (solver::Costs::wa), or where a watched stage sized by data keeps more for its backward, or
+// needs more while it runs, than they say (wabar, of, of_nograd; see watches): the call's data
+// sets the sizes of the chain's tensors (a boolean mask, nonzero, a loop as long as the data
+// says), and the plan holds for the smaller ones it was profiled on. chainAutograd plans again for
+// the larger sizes and runs the call once more.
 struct StageGrew : public std::runtime_error {
   // `what`: what took the bytes ("outputs", ...)
   StageGrew(int stage, const std::string& what, int64_t bytes, int64_t planned);
