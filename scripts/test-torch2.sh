@@ -29,8 +29,9 @@ packages=(
   python3-numpy python3-matplotlib python3-tqdm python3-venv python3-pip python3-setuptools
   python3-wheel libopenblas0-pthread
 )
-# 2.14's python_arg_parser.h includes fmt/format.h.
-[ "$release" = sid ] && packages+=(libfmt-dev)
+# 2.14's python_arg_parser.h includes fmt/format.h; sid carries Hugging Face's transformers
+# (test_hugging_face.py), which trixie does not.
+[ "$release" = sid ] && packages+=(libfmt-dev python3-transformers)
 # Debian's registry as reached here is a snapshot: sid's Release file is past its Valid-Until.
 apt_options="-o Acquire::Check-Valid-Until=false"
 SUDO=""

@@ -7,6 +7,7 @@ import torch
 from . import _C
 from .export import CheckpointedModule
 from .export import capture as capturing
+from .export.hugging_face import without_cache
 from .torchscript import quiet_torchscript, script
 
 MemoryLimit = Union[None, int, float, str]
@@ -268,8 +269,9 @@ def partition(module: torch.jit.ScriptModule, example_inputs: Sequence[Any] = ()
         module = module.module
     if _exports(module, "auto") and example_inputs:  # the stages checkpoint() would cut in the capture
         try:
-            captured = capturing.capture(module, tuple(example_inputs), {})
-            flat = capturing.flatten(tuple(example_inputs), {})[0]
+            args, kwargs = without_cache(module, tuple(example_inputs), {})
+            captured = capturing.capture(module, args, kwargs)
+            flat = capturing.flatten(args, kwargs)[0]
             return _C.partition(captured.scripted._c, tuple(capturing.arguments(captured, flat)), max_stages,
                                 every_cut=_every_cut(cuts))
         except capturing.CaptureError:

@@ -3,7 +3,8 @@
 A training call (gradients enabled) is served by a capture of the model for calls like it
 (capture.py) that jitckpt rewrote; the first call of a new kind captures and rewrites again (the
 rewritten module plans at its own first call, as a deferred TorchScript module does). Calls with
-gradients disabled run the model itself. Parameters and buffers are the model's own, so optimizers,
+gradients disabled run the model itself; training calls of a Hugging Face model run without its
+key-value cache (hugging_face.py). Parameters and buffers are the model's own, so optimizers,
 state_dict and BatchNorm statistics stay with it. A model that export cannot capture trains through
 a fallback where one is given (TorchScript, for "auto"), with one warning.
 """
@@ -15,6 +16,7 @@ import torch
 
 from .. import _C
 from . import capture as capturing
+from .hugging_face import without_cache
 
 # (captured graph or model, example inputs or None, a module whose profile to reuse or None)
 Rewrite = Callable[[torch.jit.ScriptModule, Optional[Sequence[Any]], Any], torch.jit.ScriptModule]
@@ -112,6 +114,8 @@ class CheckpointedModule(torch.nn.Module):
 
     def _entry(self, args: Tuple[Any, ...], kwargs: Any, plan_with_inputs: bool = False,
                reuse_profile_of: Any = None) -> Tuple[capturing.Capture, torch.jit.ScriptModule, List[Any]]:
+        """The capture that serves the call, made where none does, and the call's flat leaves."""
+        args, kwargs = without_cache(self.module, args, kwargs)
         flat, spec = capturing.flatten(args, kwargs)
         flags = capturing.training_flags(self.module)
         for i, (captured, rewritten) in enumerate(self._captures):

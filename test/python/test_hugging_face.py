@@ -1,0 +1,171 @@
+"""Models of Hugging Face's transformers library, where it is installed (Debian sid's, beside PyTorch
+2.14), built from small configs and trained as its users train them: the model itself passed to
+jitckpt.checkpoint, its config's defaults left alone (decoders' use_cache=True among them), labels
+given so that the model takes its own loss, batches padded to their longest row, AdamW with
+accumulation and clipping, in float32 and bfloat16 autocast. Each trains bit for bit like the model
+called with use_cache=False (itself trained twice first), within the limit, and keeps its cache
+where it runs without gradients."""
+import warnings
+from typing import Any, Callable, Dict, List, Tuple
+
+import pytest
+import torch
+
+import jitckpt
+from jitckpt.export import capture
+
+import families
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.skipif(not capture.available(), reason="torch.export's training capture needs PyTorch 2.6")
+
+VOCAB = 128
+LENGTHS = (24, 16, 32, 16)  # dynamic padding: each batch as long as its longest row
+
+
+def text_batch(length: int, seed: int, kind: str) -> Dict[str, torch.Tensor]:
+    """Token ids, a padding mask (each row keeps at least half its tokens) and labels."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, VOCAB, (4, length), generator=g)
+    mask = torch.ones(4, length, dtype=torch.long)
+    for row in range(4):
+        mask[row, int(torch.randint(length // 2, length + 1, (1,), generator=g)):] = 0
+    if kind == "classes":
+        labels = torch.randint(0, 3, (4,), generator=g)
+    elif kind == "targets":  # an encoder-decoder's: half as long as the source
+        labels = torch.randint(0, VOCAB, (4, length // 2), generator=g)
+    else:
+        labels = ids.masked_fill(mask == 0, -100)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def image_batch(length: int, seed: int, kind: str) -> Dict[str, torch.Tensor]:
+    """Images of the config's size (a ViT's sizes are its config's: `length` is not read), and classes."""
+    g = torch.Generator().manual_seed(seed)
+    return {"pixel_values": torch.randn(4, 3, 64, 64, generator=g), "labels": torch.randint(0, 3, (4,), generator=g)}
+
+
+def _models() -> Dict[str, Tuple[Callable[[], torch.nn.Module], Callable[..., Dict[str, torch.Tensor]], str]]:
+    t = transformers
+    small = dict(num_hidden_layers=4, num_attention_heads=4, intermediate_size=128)
+    return {
+        "gpt2": (lambda: t.GPT2LMHeadModel(t.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=4, n_head=4, n_positions=64)),
+                 text_batch, "tokens"),
+        "llama": (lambda: t.LlamaForCausalLM(t.LlamaConfig(vocab_size=VOCAB, hidden_size=64, num_key_value_heads=2, **small)),
+                  text_batch, "tokens"),
+        "t5": (lambda: t.T5ForConditionalGeneration(t.T5Config(vocab_size=VOCAB, d_model=64, d_ff=128, d_kv=16, num_layers=2,
+                                                               num_heads=4, decoder_start_token_id=0, pad_token_id=0)),
+               text_batch, "targets"),
+        "bert": (lambda: t.BertForSequenceClassification(t.BertConfig(vocab_size=VOCAB, hidden_size=64, num_labels=3, **small)),
+                 text_batch, "classes"),
+        "vit": (lambda: t.ViTForImageClassification(t.ViTConfig(image_size=64, patch_size=8, hidden_size=64, num_labels=3,
+                                                                 **small)),
+                image_batch, "classes"),
+    }
+
+
+MODELS = ["gpt2", "llama", "t5", "bert", "vit"]
+DECODERS = ["gpt2", "llama", "t5"]  # their configs say use_cache=True
+
+
+def make(name: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return _models()[name][0]().train()
+
+
+def batches(name: str) -> List[Dict[str, torch.Tensor]]:
+    _, batch, kind = _models()[name]
+    return [batch(length, i, kind) for i, length in enumerate(LENGTHS)]
+
+
+def adamw_steps(model: torch.nn.Module, inputs: List[Dict[str, torch.Tensor]], autocast: bool) -> List[torch.Tensor]:
+    """Two micro-batches a step, gradients clipped: each loss, then each step's gradients and
+    parameters."""
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(parameters, lr=1e-2)
+    record: List[torch.Tensor] = []
+    for i, kwargs in enumerate(inputs):
+        torch.manual_seed(i)  # dropout
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            output = model(**kwargs)
+        (output.loss / 2).backward()
+        record.append(output.loss.detach().clone())
+        if i % 2 == 1:
+            torch.nn.utils.clip_grad_norm_(parameters, 0.5)
+            record += [p.grad.clone() for p in parameters]
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            record += [p.detach().clone() for p in parameters]
+    return record
+
+
+def assert_same(reference: List[torch.Tensor], other: List[torch.Tensor], what: str) -> None:
+    assert len(reference) == len(other), what
+    for i, (a, b) in enumerate(zip(reference, other)):
+        assert a.dtype == b.dtype and torch.equal(a, b), \
+            f"{what}, record {i}: max difference {(a.double() - b.double()).abs().max()}"
+
+
+def without_cache(name: str) -> torch.nn.Module:
+    model = make(name)
+    model.config.use_cache = False
+    return model
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bfloat16"])
+def test_trains_bit_for_bit_as_the_model_without_its_cache(name, autocast):
+    inputs = batches(name)
+    reference = adamw_steps(without_cache(name), inputs, autocast)
+    assert_same(reference, adamw_steps(without_cache(name), inputs, autocast), f"{name}: the model itself, twice")
+    model = jitckpt.checkpoint(make(name), memory_limit=0.5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        record = adamw_steps(model, inputs, autocast)
+    assert_same(reference, record, f"{name} through jitckpt")
+    info = jitckpt.plan(model)
+    assert info["num_stages"] > 2 * model.module.config.num_hidden_layers - 1, info["text"]
+    said_cache = [w for w in caught if "use_cache=False" in str(w.message)]
+    assert bool(said_cache) == (name in DECODERS), [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "t5"])
+def test_a_cache_asked_for_is_off_in_training_and_kept_without_gradients(name):
+    """use_cache=True passed by the caller trains as use_cache=False does; without gradients the
+    model runs as it is and returns its cache."""
+    inputs = batches(name)[:2]
+    reference = adamw_steps(without_cache(name), inputs, False)
+    model = jitckpt.checkpoint(make(name), memory_limit=0.5)
+    with pytest.warns(UserWarning, match="use_cache=False"):
+        record = adamw_steps(model, [dict(kwargs, use_cache=True) for kwargs in inputs], False)
+        assert model(**inputs[0]).past_key_values is None
+    assert_same(reference, record, f"{name}, use_cache=True passed")
+    with torch.no_grad():
+        assert model(**inputs[0]).past_key_values is not None
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_measured_step_peak_within_the_limit(name):
+    """At the smallest limit, one step's peak above what was live before it, with the caller's
+    inputs that the chain holds added back; the loss (taken outside, on the logits) may add what
+    families.loss_held_bytes measures."""
+    kwargs = {k: v for k, v in batches(name)[2].items() if k != "labels" or name == "t5"}
+
+    def loss_of(logits: torch.Tensor) -> torch.Tensor:
+        return logits.float().pow(2).mean()
+
+    model = jitckpt.checkpoint(make(name), memory_limit="min", profile_repeats=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the cache turned off, said by the test above
+        loss_bytes = families.loss_held_bytes(model(**kwargs).logits, loss_of)
+        info = jitckpt.plan(model)
+        model.zero_grad(set_to_none=True)
+        with jitckpt.cpu_memory() as memory:
+            loss = loss_of(model(**kwargs).logits)
+            loss.backward()
+    flat = capture.flatten((), kwargs)[0]
+    held = families.caller_held_bytes(model.rewritten, tuple(capture.arguments(model._captures[0][0], flat)))
+    peak = memory.peak + held
+    assert peak <= info["memory_limit"] + loss_bytes + families.OUTSIDE_CHAIN_BYTES, \
+        f"{name}: measured peak {peak} bytes, limit {info['memory_limit']}, the loss's {loss_bytes}"
+    assert info["memory_limit"] < info["unconstrained_peak"], info["text"]
