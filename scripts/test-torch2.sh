@@ -31,7 +31,7 @@ packages=(
 )
 # 2.14's python_arg_parser.h includes fmt/format.h; sid carries Hugging Face's transformers
 # (test_hugging_face.py), which trixie does not.
-[ "$release" = sid ] && packages+=(libfmt-dev python3-transformers)
+[ "$release" = sid ] && packages+=(libfmt-dev python3-transformers python3-accelerate)
 # Debian's registry as reached here is a snapshot: sid's Release file is past its Valid-Until.
 apt_options="-o Acquire::Check-Valid-Until=false"
 SUDO=""

@@ -2,9 +2,9 @@
 2.14), built from small configs and trained as its users train them: the model itself passed to
 jitckpt.checkpoint, its config's defaults left alone (decoders' use_cache=True among them), labels
 given so that the model takes its own loss, batches padded to their longest row, AdamW with
-accumulation and clipping, in float32 and bfloat16 autocast. Each trains bit for bit like the model
-called with use_cache=False (itself trained twice first), within the limit, and keeps its cache
-where it runs without gradients."""
+accumulation and clipping, in float32 and bfloat16 autocast, and under the library's Trainer. Each
+trains bit for bit like the model called with use_cache=False (itself trained twice first), within
+the limit, and keeps its cache where it runs without gradients."""
 import warnings
 from typing import Any, Callable, Dict, List, Tuple
 
@@ -169,3 +169,34 @@ def test_measured_step_peak_within_the_limit(name):
     assert peak <= info["memory_limit"] + loss_bytes + families.OUTSIDE_CHAIN_BYTES, \
         f"{name}: measured peak {peak} bytes, limit {info['memory_limit']}, the loss's {loss_bytes}"
     assert info["memory_limit"] < info["unconstrained_peak"], info["text"]
+
+
+@pytest.mark.parametrize("name", ["llama", "bert"])
+def test_trainer_trains_and_evaluates_it_as_the_model(name, tmp_path):
+    """Hugging Face's Trainer: AdamW with its schedule, two micro-batches a step, clipping, and
+    evaluation. It reads the arguments forward takes (to keep a batch's keys) and the model's loss
+    type (to count a causal model's tokens) through the checkpointed module; the labels' name, which
+    it reads from the model's class, is given."""
+    pytest.importorskip("accelerate")
+    _, batch_of, kind = _models()[name]
+    data = [{k: v[row] for k, v in batch_of(24, seed, kind).items()} for seed in range(2) for row in range(4)]
+
+    def train(model: torch.nn.Module) -> Tuple[List[torch.Tensor], List[float], float]:
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path), per_device_train_batch_size=2, per_device_eval_batch_size=2,
+            gradient_accumulation_steps=2, max_grad_norm=0.5, learning_rate=1e-2, num_train_epochs=1,
+            label_names=["labels"], use_cpu=True, report_to=[], save_strategy="no", logging_steps=1,
+            seed=0, disable_tqdm=True)
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=data, eval_dataset=data[:4])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the cache turned off, said by the tests above
+            trainer.train()
+            evaluation = trainer.evaluate()
+        losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+        return [p.detach().clone() for p in model.parameters()], losses, evaluation["eval_loss"]
+
+    reference = train(make(name))
+    assert_same(reference[0], train(make(name))[0], f"{name} under the Trainer, twice")
+    checkpointed = train(jitckpt.checkpoint(make(name), memory_limit="min"))
+    assert_same(reference[0], checkpointed[0], f"{name} through jitckpt under the Trainer")
+    assert (reference[1], reference[2]) == (checkpointed[1], checkpointed[2])

@@ -9,6 +9,7 @@ state_dict and BatchNorm statistics stay with it. A model that export cannot cap
 a fallback where one is given (TorchScript, for "auto"), with one warning.
 """
 import contextlib
+import inspect
 import warnings
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -51,6 +52,24 @@ class CheckpointedModule(torch.nn.Module):
         self._scripted: Optional[torch.jit.ScriptModule] = None  # the fallback, once taken
         self._captures: List[Tuple[capturing.Capture, torch.jit.ScriptModule]] = []
         self._limit_so_far = 0  # bytes the limit has meant for the captures so far
+        self._name_the_models_arguments()
+
+    def _name_the_models_arguments(self) -> None:
+        """`self.forward` as inspect.signature reads it takes the model's arguments, not (*args,
+        **kwargs): code that reads which arguments a model takes (Hugging Face's Trainer drops every
+        batch key its forward does not name) reads the model's."""
+        try:
+            signature = inspect.signature(self.module.forward)
+        except (TypeError, ValueError):
+            return
+        method = type(self).forward
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            return method(self, *args, **kwargs)
+
+        forward.__signature__ = signature  # type: ignore[attr-defined]
+        forward.__doc__ = self.module.forward.__doc__
+        self.__dict__["forward"] = forward
 
     def plan_now(self, example_inputs: Sequence[Any], reuse_profile_of: Any = None) -> None:
         """Captures and plans for example inputs (positional arguments) instead of the first call,
@@ -67,10 +86,27 @@ class CheckpointedModule(torch.nn.Module):
         graphs and plans hold this module's own tensors (a copy's would train the original's);
         a copy captures and plans its own at its first training call."""
         state = dict(self.__dict__)
+        state.pop("forward", None)  # a closure over this module: the copy makes its own
         state["_modules"] = {name: m for name, m in self._modules.items() if name != "_scripted"}
         state["_scripted"] = None
         state["_captures"] = []
         return state
+
+    def __getattr__(self, name: str) -> Any:
+        """The model's own attributes (its config, its loss type, its methods) read through this
+        module, as through torch.compile's: code written for the model finds them here (Hugging
+        Face's Trainer counts a causal model's tokens by its loss type)."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            module = self.__dict__.get("_modules", {}).get("module")
+            if module is None:
+                raise
+            return getattr(module, name)
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._name_the_models_arguments()
 
     @property
     def rewritten(self) -> Optional[torch.jit.ScriptModule]:
