@@ -5,13 +5,13 @@
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/constant_pooling.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
-#include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/peephole_dict_idioms.h>
 #include <torch/csrc/jit/passes/peephole_list_idioms.h>
 
 #include <vector>
 
 #include "passes/graph_walk.h"
+#include "passes/keep_draws.h"
 
 namespace jitckpt {
 namespace {
@@ -113,7 +113,7 @@ void inlineAllCalls(const std::shared_ptr<torch::jit::Graph>& graph) {
   foldNoneChecks(simplified->block());
   torch::jit::ConstantPropagationImmutableTypes(simplified);
   torch::jit::ConstantPooling(simplified);
-  torch::jit::EliminateDeadCode(simplified);  // the function constants of inlined CallFunctions
+  eliminateDeadCodeKeepingDraws(simplified);  // the function constants of inlined CallFunctions
 }
 
 }  // namespace jitckpt

@@ -1,7 +1,6 @@
 // The prologue (see prologue.h).
 #include "passes/prologue.h"
 
-#include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/script.h>
 
@@ -10,6 +9,7 @@
 
 #include "passes/buffer_guard.h"
 #include "passes/example_copies.h"
+#include "passes/keep_draws.h"
 #include "runtime/probes/memory_probe.h"
 
 namespace jitckpt {
@@ -98,7 +98,7 @@ std::shared_ptr<torch::jit::Graph> prologueGraph(const Partition& partition,
                           " is not defined before the chain region");
     prologue->registerOutput(it->second);
   }
-  torch::jit::EliminateDeadCode(prologue);
+  eliminateDeadCodeKeepingDraws(prologue);
   return prologue;
 }
 

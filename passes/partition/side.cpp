@@ -1,6 +1,5 @@
 // Steps 2 and 4 of the partition pass: the chain's main inputs, and the side computations moved
 // before the chain (masks, position ids and tables built from shapes, attributes and other inputs).
-#include <torch/csrc/jit/passes/dead_code_elimination.h>
 
 #include <cstdint>
 #include <string>
@@ -8,6 +7,7 @@
 #include <unordered_set>
 
 #include "passes/graph_walk.h"
+#include "passes/keep_draws.h"
 #include "passes/partition/steps.h"
 #include "runtime/stages.h"
 
@@ -141,7 +141,7 @@ void eraseOutputs(Node* n, const std::vector<size_t>& indices) {
     n->eraseOutput(*it);
     for (torch::jit::Block* b : n->blocks()) b->eraseOutput(*it);
   }
-  for (torch::jit::Block* b : n->blocks()) torch::jit::EliminateDeadCode(b);
+  for (torch::jit::Block* b : n->blocks()) eliminateDeadCodeKeepingDraws(b);
 }
 
 // Of the nodes that could move, those that compute side tensors and what these read: a list of

@@ -1,6 +1,5 @@
 // Step 9 of the partition pass: the chain region, its lifted inputs and one standalone graph per
 // stage, with the stage's in-place writes and a fallback label.
-#include <torch/csrc/jit/passes/dead_code_elimination.h>
 
 #include <algorithm>
 #include <memory>
@@ -9,6 +8,7 @@
 #include <unordered_map>
 
 #include "passes/graph_walk.h"
+#include "passes/keep_draws.h"
 #include "passes/partition/steps.h"
 
 namespace jitckpt::partition_steps {
@@ -230,7 +230,7 @@ Stage buildStage(const TopLevelNodes& top, const Cut& in, const Cut& out, size_t
   builder.cloneNodes(top.nodes, in.position, out.position);
   builder.addOutputs(out.live);
   markWrites(stage, top, in, out, lifted, alias_db);
-  torch::jit::EliminateDeadCode(stage.graph);
+  eliminateDeadCodeKeepingDraws(stage.graph);
   labelByFirstHeavyOp(stage, s);
   return stage;
 }

@@ -400,6 +400,49 @@ def test_models_export_cannot_capture_fall_back_to_torchscript_or_say_why():
         jitckpt.checkpoint(torch.jit.script(DataDependent()), front_end="export")
 
 
+class LayerDropStack(torch.nn.Module):
+    """Layers skipped where a draw falls below LayerDrop's probability, as 44 of Hugging Face's
+    families write it (OPT, BART, Whisper, ...): at 0 none is, but each draw advances the generator
+    that the dropout after it draws from."""
+
+    def __init__(self, layerdrop: float) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(4))
+        self.layerdrop = layerdrop
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            if self.training:
+                dropout_probability = torch.rand([])
+                if dropout_probability < self.layerdrop:
+                    continue
+            x = torch.nn.functional.dropout(torch.relu(layer(x)), 0.2, self.training)
+        return x
+
+
+def test_layer_drop_at_zero_is_captured_and_draws_as_the_model_does():
+    def steps(model: torch.nn.Module) -> List[torch.Tensor]:
+        record = []
+        for i, t in enumerate((8, 12, 8)):
+            torch.manual_seed(i)
+            y = model(torch.randn(2, t, 16))
+            y.pow(2).sum().backward()
+            record += [y.detach().clone()] + [p.grad.clone() for p in model.parameters()]
+        return record
+
+    reference = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        reference.append(steps(LayerDropStack(0.0)))
+    torch.manual_seed(0)
+    model = jitckpt.checkpoint(LayerDropStack(0.0), memory_limit="min", profile_repeats=1, front_end="export")
+    for record in (reference[1], steps(model)):
+        assert all(torch.equal(a, b) for a, b in zip(reference[0], record))
+    assert model.front_end == "export" and model.layerdrop == 0.0 and type(model.module.layerdrop) is float
+    with pytest.raises(capture.CaptureError, match=r"LayerDrop \(layerdrop\) skips layers at random.*set it to 0"):
+        jitckpt.checkpoint(LayerDropStack(0.1), memory_limit="min", front_end="export")(torch.randn(2, 8, 16))
+
+
 def test_a_limit_no_schedule_fits_says_so_in_jitckpts_words():
     """Planned at the first training call, inside the rewritten module: the error is jitckpt's, not
     TorchScript's interpreter's report around it, and the model loses nothing."""

@@ -20,6 +20,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .aten_graph import CaptureError, ambient_autocast, build
+from .layer_drop import layer_drop_decided, layer_drops_above_zero
 
 
 def available() -> bool:
@@ -192,11 +193,16 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
     sizes. A failure of the second try is the one reported."""
     for dynamic in (True, False):
         try:
-            program = _export(module, args, kwargs, dynamic)
+            with layer_drop_decided(module):
+                program = _export(module, args, kwargs, dynamic)
             scripted, passed, inlined_autocast_block = build(program, module, type(module).__name__)
             break
-        except CaptureError:
+        except CaptureError as error:
             if not dynamic:
+                above_zero = layer_drops_above_zero(module)
+                if above_zero and "data-dependent" in str(error):
+                    raise CaptureError(f"{error}; the model's LayerDrop ({', '.join(above_zero)}) skips layers at "
+                                       "random, step by step, which no one plan follows: set it to 0") from error
                 raise
     flat, spec = flatten(args, kwargs)
     tensors = [x for x in flat if isinstance(x, torch.Tensor)]
