@@ -126,6 +126,29 @@ def loss_held_bytes(output: Any, loss: Callable[[Any], Tensor]) -> int:
     return max(0, memory.peak - sum(t.numel() * t.element_size() for t in stand_ins if t.requires_grad))
 
 
+def eager_step_peak(model: nn.Module, kwargs: Dict[str, Any], loss: Callable[[Tensor], Tensor],
+                    autocast: bool = False) -> Tuple[int, int, Dict[str, Any]]:
+    """A plain module checkpointed through export (a jitckpt CheckpointedModule) called on `kwargs`
+    twice, the first call planning: the second step's measured peak above what was live before it,
+    with the caller's inputs that the chain holds added back; what the limit allows it (the plan's
+    limit, the loss's own bytes on the logits and OUTSIDE_CHAIN_BYTES); and the plan."""
+    import jitckpt
+    from jitckpt.export import capture
+
+    def logits() -> Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            return model(**kwargs).logits
+
+    loss_bytes = loss_held_bytes(logits(), loss)
+    info = jitckpt.plan(model)
+    model.zero_grad(set_to_none=True)
+    with jitckpt.cpu_memory() as memory:
+        loss(logits()).backward()
+    flat = capture.flatten((), kwargs)[0]
+    held = caller_held_bytes(model.rewritten, tuple(capture.arguments(model._captures[0][0], flat)))
+    return memory.peak + held, info["memory_limit"] + loss_bytes + OUTSIDE_CHAIN_BYTES, info
+
+
 def loss_of(output: Any) -> Tensor:
     """Sum over the output's floating tensors of mean(t^2)."""
     total = None

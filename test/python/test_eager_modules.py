@@ -92,25 +92,9 @@ def test_measured_step_peak_within_the_limit(kind, autocast):
     token ids that the chain holds added back; the loss (taken outside, on the logits) may add what
     families.loss_held_bytes measures."""
     kwargs = {k: v for k, v in hf_style.batch(kind, 32).items() if k != "labels"}
-
-    def loss_of(logits: torch.Tensor) -> torch.Tensor:
-        return logits.float().pow(2).mean()
-
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        model = jitckpt.checkpoint(hf_style.make(kind), memory_limit="min", profile_repeats=1)
-        loss_bytes = families.loss_held_bytes(model(**kwargs).logits, loss_of)
-    info = jitckpt.plan(model)
-    model.zero_grad(set_to_none=True)
-    with jitckpt.cpu_memory() as memory:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            output = model(**kwargs)
-            loss = loss_of(output.logits)
-        loss.backward()
-    flat = capture.flatten((), kwargs)[0]
-    held = families.caller_held_bytes(model.rewritten, tuple(capture.arguments(model._captures[0][0], flat)))
-    peak = memory.peak + held
-    assert peak <= info["memory_limit"] + loss_bytes + families.OUTSIDE_CHAIN_BYTES, \
-        f"{kind}: measured peak {peak} bytes, limit {info['memory_limit']}, the loss's {loss_bytes}"
+    model = jitckpt.checkpoint(hf_style.make(kind), memory_limit="min", profile_repeats=1)
+    peak, allowed, info = families.eager_step_peak(model, kwargs, lambda logits: logits.float().pow(2).mean(), autocast)
+    assert peak <= allowed, f"{kind}: measured peak {peak} bytes, allowed {allowed}, limit {info['memory_limit']}"
 
 
 class SizeArithmetic(torch.nn.Module):

@@ -174,24 +174,11 @@ def test_measured_step_peak_within_the_limit(name):
     inputs that the chain holds added back; the loss (taken outside, on the logits) may add what
     families.loss_held_bytes measures."""
     kwargs = {k: v for k, v in batches(name)[2].items() if k != "labels" or name in ("t5", "whisper")}
-
-    def loss_of(logits: torch.Tensor) -> torch.Tensor:
-        return logits.float().pow(2).mean()
-
     model = jitckpt.checkpoint(make(name), memory_limit="min", profile_repeats=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the cache turned off, said by the test above
-        loss_bytes = families.loss_held_bytes(model(**kwargs).logits, loss_of)
-        info = jitckpt.plan(model)
-        model.zero_grad(set_to_none=True)
-        with jitckpt.cpu_memory() as memory:
-            loss = loss_of(model(**kwargs).logits)
-            loss.backward()
-    flat = capture.flatten((), kwargs)[0]
-    held = families.caller_held_bytes(model.rewritten, tuple(capture.arguments(model._captures[0][0], flat)))
-    peak = memory.peak + held
-    assert peak <= info["memory_limit"] + loss_bytes + families.OUTSIDE_CHAIN_BYTES, \
-        f"{name}: measured peak {peak} bytes, limit {info['memory_limit']}, the loss's {loss_bytes}"
+        peak, allowed, info = families.eager_step_peak(model, kwargs, lambda logits: logits.float().pow(2).mean())
+    assert peak <= allowed, f"{name}: measured peak {peak} bytes, allowed {allowed}, limit {info['memory_limit']}"
     assert info["memory_limit"] < info["unconstrained_peak"], info["text"]
 
 
