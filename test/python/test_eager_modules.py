@@ -427,6 +427,89 @@ def test_layer_drop_at_zero_is_captured_and_draws_as_the_model_does():
         jitckpt.checkpoint(LayerDropStack(0.1), memory_limit="min", front_end="export")(torch.randn(2, 8, 16))
 
 
+class ReverseGradient(torch.autograd.Function):
+    """A gradient reversal layer (domain adaptation): the identity forward, the gradient negated."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return -grad
+
+
+class RoundStraightThrough(torch.autograd.Function):
+    """A straight-through estimator (quantization-aware training): rounds, passes the gradient on."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return torch.round(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+@torch.jit.ignore
+def reverse_gradient(x: torch.Tensor) -> torch.Tensor:
+    return ReverseGradient.apply(x)
+
+
+class AppliesFunction(torch.nn.Module):
+    """Layers with a torch.autograd.Function applied after the second."""
+
+    def __init__(self, function: Any) -> None:
+        super().__init__()
+        self.function = function
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            x = torch.relu(layer(x))
+            if i == 1:
+                x = self.function.apply(x)
+        return x
+
+
+class CallsIgnoredFunction(AppliesFunction):
+    """The same, the Function applied from a function that TorchScript ignores."""
+
+    def __init__(self) -> None:
+        super().__init__(ReverseGradient)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            x = torch.relu(layer(x))
+            if i == 1:
+                x = reverse_gradient(x)
+        return x
+
+
+@pytest.mark.parametrize("function", [ReverseGradient, RoundStraightThrough], ids=["reverse", "straight_through"])
+def test_a_function_whose_backward_export_would_lose_is_refused(function):
+    """Export records a Function's forward ops, and their gradients would replace its own: the sign
+    of a reversal lost, a straight-through gradient made zero. Refused, saying what to do."""
+    model = AppliesFunction(function)
+    with pytest.raises(capture.CaptureError, match=r"applies torch.autograd.Function .*whose own backward export "
+                                                   r"does not keep.*@torch.jit.ignore"):
+        jitckpt.checkpoint(model, memory_limit="min", front_end="export")(torch.randn(8, 16))
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_a_function_called_through_torchscript_keeps_its_backward():
+    x = torch.randn(8, 16)
+    torch.manual_seed(0)
+    reference = CallsIgnoredFunction()
+    reference(x).pow(2).sum().backward()
+    torch.manual_seed(0)
+    model = jitckpt.checkpoint(CallsIgnoredFunction(), memory_limit="min", profile_repeats=1)
+    with pytest.warns(UserWarning, match="trains through TorchScript instead"):
+        model(x).pow(2).sum().backward()
+    assert model.front_end == "script" and jitckpt.plan(model)["num_stages"] > 1
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(reference.parameters(), model.parameters()))
+
+
 def test_a_limit_no_schedule_fits_says_so_in_jitckpts_words():
     """Planned at the first training call, inside the rewritten module: the error is jitckpt's, not
     TorchScript's interpreter's report around it, and the model loses nothing."""

@@ -20,6 +20,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .aten_graph import CaptureError, ambient_autocast, build
+from .autograd_functions import functions_applied, refusal
 from .layer_drop import layer_drop_decided, layer_drops_above_zero
 
 
@@ -193,11 +194,15 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
     sizes. A failure of the second try is the one reported."""
     for dynamic in (True, False):
         try:
-            with layer_drop_decided(module):
+            with layer_drop_decided(module), functions_applied() as functions:
                 program = _export(module, args, kwargs, dynamic)
+            if functions:
+                raise CaptureError(refusal(module, functions))  # the except below says it
             scripted, passed, inlined_autocast_block = build(program, module, type(module).__name__)
             break
         except CaptureError as error:
+            if functions:  # the reason that holds whatever else export met
+                raise CaptureError(refusal(module, functions)) from None
             if not dynamic:
                 above_zero = layer_drops_above_zero(module)
                 if above_zero and "data-dependent" in str(error):
