@@ -197,18 +197,20 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
             with layer_drop_decided(module), functions_applied() as functions:
                 program = _export(module, args, kwargs, dynamic)
             if functions:
-                raise CaptureError(refusal(module, functions))  # the except below says it
+                break
             scripted, passed, inlined_autocast_block = build(program, module, type(module).__name__)
             break
         except CaptureError as error:
             if functions:  # the reason that holds whatever else export met
-                raise CaptureError(refusal(module, functions)) from None
+                break
             if not dynamic:
                 above_zero = layer_drops_above_zero(module)
                 if above_zero and "data-dependent" in str(error):
                     raise CaptureError(f"{error}; the model's LayerDrop ({', '.join(above_zero)}) skips layers at "
                                        "random, step by step, which no one plan follows: set it to 0") from error
                 raise
+    if functions:
+        raise CaptureError(refusal(module, functions))
     flat, spec = flatten(args, kwargs)
     tensors = [x for x in flat if isinstance(x, torch.Tensor)]
     values = [n.meta.get("val") for n in program.graph_module.graph.nodes if n.op == "placeholder"]
