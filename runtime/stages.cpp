@@ -115,7 +115,14 @@ std::vector<size_t> directlyWrittenInputs(const torch::jit::Node* n) {
 }
 
 bool drawsRandomNumbers(const torch::jit::Node* n) {
-  return n->isNondeterministic() || recurrentKinds().count(n->kind().toQualString()) > 0;
+  if (n->isNondeterministic() || recurrentKinds().count(n->kind().toQualString()) > 0 ||
+      n->kind() == c10::prim::PythonOp)
+    return true;
+  // TorchScript reads the tag of aten ops alone (and with their train flag, above).
+  const auto* op = n->kind().is_aten() ? nullptr : n->maybeOperator();
+  if (op == nullptr) return false;
+  const auto tags = op->getTags();
+  return std::find(tags.begin(), tags.end(), at::Tag::nondeterministic_seeded) != tags.end();
 }
 
 bool dropsOutBetweenLayers(const torch::jit::Node* n) {
