@@ -80,6 +80,9 @@ def _models() -> Dict[str, Tuple[Callable[[], torch.nn.Module], Callable[..., Di
             decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=16,
             max_source_positions=32, max_target_positions=32, pad_token_id=0, decoder_start_token_id=1)),
             audio_batch, "targets"),
+        # Its GeLU in training is a torch.autograd.Function with a hand-written backward.
+        "bloom": (lambda: t.BloomForCausalLM(t.BloomConfig(vocab_size=VOCAB, hidden_size=64, n_layer=4, n_head=4)),
+                  text_batch, "tokens"),
         "bert": (lambda: t.BertForSequenceClassification(t.BertConfig(vocab_size=VOCAB, hidden_size=64, num_labels=3, **small)),
                  text_batch, "classes"),
         "vit": (lambda: t.ViTForImageClassification(t.ViTConfig(image_size=64, patch_size=8, hidden_size=64, num_labels=3,
@@ -88,8 +91,8 @@ def _models() -> Dict[str, Tuple[Callable[[], torch.nn.Module], Callable[..., Di
     }
 
 
-MODELS = ["gpt2", "llama", "t5", "opt", "whisper", "bert", "vit"]
-DECODERS = ["gpt2", "llama", "t5", "opt", "whisper"]  # their configs say use_cache=True
+MODELS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "bert", "vit"]
+DECODERS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom"]  # their configs say use_cache=True
 
 
 def make(name: str) -> torch.nn.Module:
