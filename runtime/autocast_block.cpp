@@ -14,7 +14,8 @@ namespace {
 
 struct RegisteredBlock {
   RegisteredBlock(std::shared_ptr<torch::jit::Graph> graph, AutocastBlockState state)
-      : code(std::move(graph), "jitckpt_autocast_block"), state(state) {}
+      : graph(graph), code(std::move(graph), "jitckpt_autocast_block"), state(state) {}
+  std::shared_ptr<torch::jit::Graph> graph;
   torch::jit::Code code;
   AutocastBlockState state;
 };
@@ -68,6 +69,10 @@ std::vector<at::Tensor> runAutocastBlock(int64_t block, std::vector<at::Tensor> 
   torch::jit::InterpreterState(registered.code).run(stack);
   TORCH_INTERNAL_ASSERT(stack.size() == 1, "an autocast block's graph returns one list");
   return stack.back().toTensorVector();
+}
+
+std::shared_ptr<torch::jit::Graph> autocastBlockGraph(int64_t block) {
+  return blockAt(block).graph;
 }
 
 }  // namespace jitckpt

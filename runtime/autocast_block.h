@@ -32,4 +32,8 @@ int64_t registerAutocastBlock(std::shared_ptr<torch::jit::Graph> graph, Autocast
 // The op's kernel.
 std::vector<at::Tensor> runAutocastBlock(int64_t block, std::vector<at::Tensor> inputs);
 
+// The registered block's graph (for what the runtime asks of its ops: whether one draws random
+// numbers, stages.h).
+std::shared_ptr<torch::jit::Graph> autocastBlockGraph(int64_t block);
+
 }  // namespace jitckpt

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "runtime/autocast_block.h"
 #include "runtime/compat.h"
 #include "runtime/data_sizes.h"
 #include "runtime/never_requires_grad.h"
@@ -118,6 +119,11 @@ bool drawsRandomNumbers(const torch::jit::Node* n) {
   if (n->isNondeterministic() || recurrentKinds().count(n->kind().toQualString()) > 0 ||
       n->kind() == c10::prim::PythonOp)
     return true;
+  static const auto autocast_block = c10::Symbol::fromQualString("jitckpt::autocast_block");
+  if (n->kind() == autocast_block) {
+    const auto block = torch::jit::constant_as<int64_t>(n->input(0));
+    return !block || containsNode(autocastBlockGraph(*block)->block(), drawsRandomNumbers);
+  }
   // TorchScript reads the tag of aten ops alone (and with their train flag, above).
   const auto* op = n->kind().is_aten() ? nullptr : n->maybeOperator();
   if (op == nullptr) return false;

@@ -28,7 +28,8 @@ enum class LiftedKind { Parameter, Buffer, Scalar, Side };
 // rand, bernoulli, ...), the recurrent layers, whose kernels draw a dropout mask between layers
 // when trained with dropout > 0 (TorchScript does not mark them), other namespaces' ops tagged
 // nondeterministic_seeded (the Functions bindings/jitckpt/export/autograd_functions.py keeps
-// whole), and calls of Python (@torch.jit.ignore), which may draw. A stage with one replays its
+// whole), calls of Python (@torch.jit.ignore), which may draw, and autocast blocks
+// (autocast_block.h) holding any of these. A stage with one replays its
 // generator state when it is recomputed, and such a node is never moved or run twice.
 bool drawsRandomNumbers(const torch::jit::Node* n);
 // Whether `n` is a recurrent layer that may drop out between its layers (its dropout not a

@@ -209,6 +209,52 @@ def test_no_grad_and_autocast_blocks_in_forward_train_bit_for_bit():
     assert model.front_end == "export" and len(model._captures) == 2  # one per autocast state
 
 
+class DrawsInAnAutocastBlock(torch.nn.Module):
+    """Dropout, and a Function that draws its own mask, in float32 blocks with autocast off."""
+
+    def __init__(self, in_place: bool = False) -> None:
+        super().__init__()
+        self.in_place = in_place
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            x = torch.relu(layer(x))
+            with torch.autocast("cpu", enabled=False):
+                if self.in_place:
+                    x = x.float().mul_(2)
+                elif i % 2 == 0:
+                    x = torch.nn.functional.dropout(x.float(), 0.3)
+                else:
+                    x = DropScaled.apply(x.float(), 0.2, 0.5)[0]
+        return x
+
+
+def test_random_draws_inside_an_autocast_block_are_replayed_and_in_place_ops_refused():
+    """A block that switches autocast is one op, which the stage holding it replays the generator
+    state for when it recomputes, as for any random op; an op writing in place inside is refused."""
+    x = torch.randn(512, 16)
+    gradients = []
+    for model in ("eager", "eager", "rewritten"):
+        torch.manual_seed(0)
+        module = DrawsInAnAutocastBlock()
+        if model == "rewritten":
+            module = jitckpt.checkpoint(module, memory_limit="min", profile_repeats=1, front_end="export")
+        torch.manual_seed(1)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = module(x)
+        out.pow(2).sum().backward()
+        gradients.append([p.grad for p in module.parameters()])
+    assert "Fn(" in jitckpt.plan(module)["schedule"]
+    for other in gradients[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(gradients[0], other))
+    module = jitckpt.checkpoint(DrawsInAnAutocastBlock(in_place=True), memory_limit="min", front_end="export")
+    with pytest.raises(capture.CaptureError, match=r"mul_.*\(in place\) inside a torch.autocast block that switches "
+                                                   r"autocast .*x = x.float\(\).mul_\(2\).*move it out of the block"):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            module(x)
+
+
 @dataclasses.dataclass
 class UnregisteredOutput:  # a dataclass nobody registered with pytree, as users write them
     logits: torch.Tensor
@@ -480,11 +526,42 @@ class ScaleByRows(torch.autograd.Function):
         return grad * (2.0 / ctx.rows), None
 
 
+# torch.amp's Function decorators (PyTorch 2.4 on; 1.13 skips this file but imports it).
+custom_fwd = getattr(torch.amp, "custom_fwd", lambda **_: lambda f: f)
+custom_bwd = getattr(torch.amp, "custom_bwd", lambda **_: lambda f: f)
+
+
+class LinearFunction(torch.autograd.Function):
+    """A linear layer's own forward and backward, run in float32 under autocast (as custom kernels
+    are), its weights among its arguments."""
+
+    @staticmethod
+    @custom_fwd(device_type="cpu", cast_inputs=torch.float32)
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        return x @ weight.t() + bias
+
+    @staticmethod
+    @custom_bwd(device_type="cpu")
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        x, weight = ctx.saved_tensors
+        return grad @ weight, grad.t() @ x, grad.sum(0)
+
+
+class FunctionLinear(torch.nn.Linear):
+    def __init__(self) -> None:
+        super().__init__(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return LinearFunction.apply(x, self.weight, self.bias)
+
+
 FUNCTIONS = {
     "reverse": lambda x: ReverseGradient.apply(x),
     "straight_through": lambda x: RoundStraightThrough.apply(x * 8) / 8,  # to eighths
     "random_two_outputs": lambda x: DropScaled.apply(x, 0.3, 0.5)[0],
     "size_argument": lambda x: ScaleByRows.apply(x, x.shape[0]),
+    "weights_and_custom_fwd": FunctionLinear,  # a module class: one made for each model
 }
 
 
@@ -498,7 +575,7 @@ class AppliesFunction(torch.nn.Module):
 
     def __init__(self, function: Any = None) -> None:
         super().__init__()
-        self.function = function
+        self.function = function() if isinstance(function, type) else function
         self.layers = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(6))
 
     def forward(self, x: torch.Tensor) -> Any:

@@ -198,10 +198,9 @@ class _Encoder:
         where = _user_line(node, graph_module) or node.name
         for inner in block.graph.nodes:
             target = inner.target
-            if isinstance(target, torch._ops.OpOverload) and (
-                    target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags):
-                raise CaptureError(f"jitckpt cannot run {target} (in place or random) inside a torch.autocast "
-                                   f"block that switches autocast ({where}); move it out of the block")
+            if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+                raise CaptureError(f"jitckpt cannot run {target} (in place) inside a torch.autocast block that "
+                                   f"switches autocast ({where}); move it out of the block")
         if not all(isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.Tensor) for a in args):
             raise CaptureError(f"jitckpt runs a torch.autocast block that switches autocast on tensors only ({where})")
         placeholders = [n for n in block.graph.nodes if n.op == "placeholder"]
