@@ -16,8 +16,9 @@ using torch::jit::Block;
 using torch::jit::Node;
 using torch::jit::Value;
 
-// Ops whose results autograd never gives a gradient: boolean and integer results, and new tensors
-// made like another (the factories' requires_grad is false).
+// Ops whose results autograd never gives a gradient: boolean and integer results, new tensors
+// made like another (the factories' requires_grad is false), and detached ones (in place too:
+// export records a tensor literal, torch.tensor(0.0), as a copy detached in place).
 bool resultNeverRequiresGrad(const Node* n) {
   static const std::unordered_set<std::string> kinds = {
       "aten::eq",          "aten::ne",          "aten::lt",           "aten::le",
@@ -25,7 +26,8 @@ bool resultNeverRequiresGrad(const Node* n) {
       "aten::logical_xor", "aten::logical_not", "aten::isnan",        "aten::isinf",
       "aten::isfinite",    "aten::argmax",      "aten::argmin",       "aten::argsort",
       "aten::zeros_like",  "aten::ones_like",   "aten::empty_like",   "aten::full_like",
-      "aten::rand_like",   "aten::randn_like",  "aten::randint_like", "aten::detach"};
+      "aten::rand_like",   "aten::randn_like",  "aten::randint_like", "aten::detach",
+      "aten::detach_"};
   return kinds.count(n->kind().toQualString()) > 0;
 }
 
@@ -163,7 +165,7 @@ class StageFlow {
 NeverRequiresGrad findNeverRequiresGrad(const std::vector<StageSpec>& stages,
                                         const std::vector<LiftedSpec>& lifted,
                                         const std::vector<bool>& chain_inputs_never,
-                                        bool with_outputs) {
+                                        bool with_outputs, const std::vector<bool>& lifted_never) {
   NeverRequiresGrad found;
   std::vector<bool> entering = chain_inputs_never;  // of the stage about to run
   for (const StageSpec& stage : stages) {
@@ -177,7 +179,8 @@ NeverRequiresGrad findNeverRequiresGrad(const std::vector<StageSpec>& stages,
     }
     // Lifted scalars never hold a tensor that requires grad (StageRunner refuses one).
     for (size_t j = 0; j < stage.lifted.size(); ++j) {
-      if (lifted.at(stage.lifted[j]).kind != LiftedKind::Scalar)
+      const size_t k = stage.lifted[j];
+      if (lifted.at(k).kind != LiftedKind::Scalar && !(k < lifted_never.size() && lifted_never[k]))
         flow.mark(graph.inputs()[stage.num_activation_inputs + j]);
     }
     flow.run();

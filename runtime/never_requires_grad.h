@@ -19,11 +19,13 @@ struct NeverRequiresGrad {
   std::vector<bool> outputs;              // [i]: chain output i
 };
 
-// `chain_inputs_never[i]`: chain input i needs no grad (empty: every chain input may). Without
-// `with_outputs`, `outputs` stays empty and the last stage's graph is not followed.
+// `chain_inputs_never[i]`: chain input i needs no grad (empty: every chain input may);
+// `lifted_never[k]`: lifted value k needs none, at any stage (empty: every lifted tensor may).
+// Without `with_outputs`, `outputs` stays empty and the last stage's graph is not followed.
 NeverRequiresGrad findNeverRequiresGrad(const std::vector<StageSpec>& stages,
                                         const std::vector<LiftedSpec>& lifted,
                                         const std::vector<bool>& chain_inputs_never,
-                                        bool with_outputs);
+                                        bool with_outputs,
+                                        const std::vector<bool>& lifted_never = {});
 
 }  // namespace jitckpt

@@ -87,8 +87,13 @@ StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArgumen
     inputs_require_grad.push_back(t.requires_grad());
     noteDevice(t);
   }
-  inputs_never_require_grad_ = stages_->inputsNeverRequireGrad(inputs_require_grad);
-  for (const auto& t : arguments_.lifted_tensors) noteDevice(t);
+  std::vector<bool> lifted_require_grad;
+  for (const auto& t : arguments_.lifted_tensors) {
+    lifted_require_grad.push_back(t.defined() && t.requires_grad());
+    noteDevice(t);
+  }
+  inputs_never_require_grad_ =
+      stages_->inputsNeverRequireGrad(inputs_require_grad, lifted_require_grad);
   for (int l = 1; l <= stages_->size(); ++l) {
     for (size_t k : stages_->stage(l).mutated_lifted) {
       if (stages_->lifted()[k].kind == LiftedKind::Scalar) continue;

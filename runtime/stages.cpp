@@ -254,14 +254,28 @@ ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<Lifte
 }
 
 std::shared_ptr<const ChainStages::InputFlags> ChainStages::inputsNeverRequireGrad(
-    const std::vector<bool>& chain_inputs_require_grad) const {
+    const std::vector<bool>& chain_inputs_require_grad,
+    const std::vector<bool>& lifted_tensors_require_grad) const {
+  std::vector<bool> key = chain_inputs_require_grad;
+  key.insert(key.end(), lifted_tensors_require_grad.begin(), lifted_tensors_require_grad.end());
   std::lock_guard<std::mutex> lock(never_mutex_);
-  auto& flags = inputs_never_[chain_inputs_require_grad];
+  auto& flags = inputs_never_[key];
   if (flags) return flags;
   std::vector<bool> chain_inputs_never;
   for (bool requires_grad : chain_inputs_require_grad) chain_inputs_never.push_back(!requires_grad);
+  // A lifted tensor that a stage writes in place may take a gradient from what it writes.
+  std::vector<bool> written(lifted_.size(), false);
+  for (const auto& stage : stages_) {
+    for (size_t k : stage.mutated_lifted) written.at(k) = true;
+  }
+  std::vector<bool> lifted_never(lifted_.size(), false);
+  for (size_t k = 0; k < lifted_.size(); ++k) {
+    lifted_never[k] = lifted_[k].kind != LiftedKind::Scalar && !written[k] &&
+                      position(k) < lifted_tensors_require_grad.size() &&
+                      !lifted_tensors_require_grad[position(k)];
+  }
   auto table = std::make_shared<InputFlags>(
-      findNeverRequiresGrad(stages_, lifted_, chain_inputs_never, false).inputs);
+      findNeverRequiresGrad(stages_, lifted_, chain_inputs_never, false, lifted_never).inputs);
   flags = std::move(table);
   return flags;
 }

@@ -94,13 +94,15 @@ class ChainStages {
   // values alone): the chain op marks it non-differentiable, as autograd leaves it in the model.
   bool outputNeverRequiresGrad(size_t i) const { return outputs_never_require_grad_.at(i); }
   // Per stage l and activation input i (at [l - 1][i]): whether it never requires grad when the
-  // chain inputs that do are those true in `chain_inputs_require_grad` (findNeverRequiresGrad: a
-  // mask made in forward and carried across cuts). Recorded runs give such an input no gradient
-  // edge, as the model gives it none, so that kernels that choose by requires_grad (attention's)
-  // choose as in the model. Computed once per set of flags.
+  // chain inputs that do are those true in `chain_inputs_require_grad`, and the lifted tensors
+  // those true in `lifted_tensors_require_grad` (by position; findNeverRequiresGrad: a mask made
+  // in forward, from side tensors that need no grad, and carried across cuts). Recorded runs give
+  // such an input no gradient edge, as the model gives it none, so that kernels that choose by
+  // requires_grad (attention's) choose as in the model. Computed once per set of flags.
   using InputFlags = std::vector<std::vector<bool>>;
   std::shared_ptr<const InputFlags> inputsNeverRequireGrad(
-      const std::vector<bool>& chain_inputs_require_grad) const;
+      const std::vector<bool>& chain_inputs_require_grad,
+      const std::vector<bool>& lifted_tensors_require_grad) const;
   // Whether stage l's outputs may depend on the value of lifted tensor k (entry j of its
   // `lifted`), not only on its identity: false where the stage only writes it in place or hands it
   // to BatchNorm as running statistics (which training reads not, and which nothing writes in

@@ -255,6 +255,41 @@ def test_random_draws_inside_an_autocast_block_are_replayed_and_in_place_ops_ref
             module(x)
 
 
+class AdditiveMaskAttention(torch.nn.Module):
+    """Attention over padding with an additive float mask built from a tensor literal, as Hugging
+    Face builds its masks: export records torch.tensor(0.0) as a copy detached in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.ModuleList(torch.nn.Linear(16, 48) for _ in range(3))
+        self.out = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(3))
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        mask = torch.where(keep[:, None, None, :], torch.tensor(0.0), torch.finfo(x.dtype).min)
+        for qkv, out in zip(self.qkv, self.out):
+            q, k, v = qkv(x).view(x.shape[0], x.shape[1], 3, 2, 8).permute(2, 0, 3, 1, 4)
+            attended = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            x = x + out(attended.transpose(1, 2).reshape(x.shape))
+        return x
+
+
+def test_a_mask_made_from_a_tensor_literal_needs_no_grad_across_cuts():
+    """A float mask that requires grad makes the CPU attention take its math kernel instead of the
+    model's flash kernel (other bits): the mask crossing a cut must not be given a gradient."""
+    x, keep = torch.randn(4, 24, 16), torch.arange(24)[None, :] < torch.tensor([[24], [20], [12], [17]])
+    gradients = []
+    for model in ("eager", "eager", "rewritten"):
+        torch.manual_seed(0)
+        module = AdditiveMaskAttention()
+        if model == "rewritten":
+            module = jitckpt.checkpoint(module, memory_limit="min", profile_repeats=1, front_end="export")
+        module(x, keep).pow(2).sum().backward()
+        gradients.append([p.grad for p in module.parameters()])
+    assert jitckpt.plan(module)["num_stages"] >= 4
+    for other in gradients[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(gradients[0], other))
+
+
 @dataclasses.dataclass
 class UnregisteredOutput:  # a dataclass nobody registered with pytree, as users write them
     logits: torch.Tensor

@@ -36,7 +36,7 @@ ChainStages chainOf(const std::string& body, const std::string& second = "  retu
 
 // Whether input i of stage l never requires grad.
 bool never(const ChainStages& chain, int l, size_t i, bool input_requires_grad = true) {
-  return chain.inputsNeverRequireGrad({input_requires_grad})->at(l - 1).at(i);
+  return chain.inputsNeverRequireGrad({input_requires_grad}, {})->at(l - 1).at(i);
 }
 
 bool carriedNever(const std::string& body) { return never(chainOf(body), 2, 1); }
@@ -64,6 +64,7 @@ TEST(NeverRequiresGrad, MasksMadeFromShapesAndComparisons) {
       carriedNever("  %none : NoneType = prim::Constant()\n"
                    "  %y : Tensor = aten::zeros_like(%x, %none, %none, %none, %none, %none)\n"));
   EXPECT_TRUE(carriedNever("  %y : Tensor = aten::detach(%x)\n"));
+  EXPECT_TRUE(carriedNever("  %y : Tensor = aten::detach_(%x)\n"));  // export's tensor literals
   // the chain input: as it is at the call
   EXPECT_FALSE(never(chainOf(causalMask()), 1, 0));
   EXPECT_TRUE(never(chainOf(causalMask()), 1, 0, false));
@@ -99,6 +100,30 @@ TEST(NeverRequiresGrad, AMaskWrittenInAStageThatPassesItOn) {
   // written from itself alone (relu_): still none
   EXPECT_TRUE(
       never(chainOf(causalMask(), "  %s : Tensor = aten::relu_(%y)\n  return (%x, %y)\n"), 3, 1));
+}
+
+// A mask made in stage 1 from a side tensor %m (lifted value 1, after the parameter): whether it
+// never requires grad as stage 2's input %y, given which lifted tensors require grad at the call.
+bool sideMaskNever(const std::vector<bool>& lifted_require_grad, const std::string& write = "") {
+  StageSpec first = stageOf("graph(%x : Tensor, %w : Tensor, %m : Tensor):\n" + write +
+                                "  %y : Tensor = aten::neg(%m)\n  return (%x, %y)\n",
+                            1, true);
+  first.lifted = {0, 1};
+  if (!write.empty()) first.mutated_lifted = {1};
+  const ChainStages rest = chainOf("  %y : Tensor = aten::neg(%x)\n");
+  const ChainStages chain({first, rest.stage(2), rest.stage(3)},
+                          {{"w", LiftedKind::Parameter}, {"m", LiftedKind::Side}});
+  return chain.inputsNeverRequireGrad({true}, lifted_require_grad)->at(1).at(1);
+}
+
+TEST(NeverRequiresGrad, WhatASideTensorThatNeedsNoGradReaches) {
+  EXPECT_TRUE(sideMaskNever({true, false}));
+  EXPECT_FALSE(sideMaskNever({true, true}));
+  EXPECT_FALSE(sideMaskNever({}));  // not known: it may
+  // written in place from the parameter by a stage: it may, whatever it was at the call
+  EXPECT_FALSE(sideMaskNever({true, false},
+                             "  %a : int = prim::Constant[value=1]()\n"
+                             "  %s : Tensor = aten::add_(%m, %w, %a)\n"));
 }
 
 TEST(NeverRequiresGrad, BranchesAndLoops) {
