@@ -83,6 +83,11 @@ def _models() -> Dict[str, Tuple[Callable[[], torch.nn.Module], Callable[..., Di
         # Its GeLU in training is a torch.autograd.Function with a hand-written backward.
         "bloom": (lambda: t.BloomForCausalLM(t.BloomConfig(vocab_size=VOCAB, hidden_size=64, n_layer=4, n_head=4)),
                   text_batch, "tokens"),
+        # Its recurrence's square root is a Function; its attention's mask is built from a tensor
+        # literal. In float32 alone (docs/supported.md).
+        "recurrent_gemma": (lambda: t.RecurrentGemmaForCausalLM(t.RecurrentGemmaConfig(
+            vocab_size=VOCAB, hidden_size=64, lru_width=64, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=1, intermediate_size=128, attention_window_size=16)), text_batch, "tokens"),
         "bert": (lambda: t.BertForSequenceClassification(t.BertConfig(vocab_size=VOCAB, hidden_size=64, num_labels=3, **small)),
                  text_batch, "classes"),
         "vit": (lambda: t.ViTForImageClassification(t.ViTConfig(image_size=64, patch_size=8, hidden_size=64, num_labels=3,
@@ -92,7 +97,7 @@ def _models() -> Dict[str, Tuple[Callable[[], torch.nn.Module], Callable[..., Di
 
 
 MODELS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "bert", "vit"]
-DECODERS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom"]  # their configs say use_cache=True
+DECODERS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "recurrent_gemma"]  # their configs say use_cache=True
 
 
 def make(name: str) -> torch.nn.Module:
@@ -154,6 +159,10 @@ def test_trains_bit_for_bit_as_the_model_without_its_cache(name, autocast):
     assert info["num_stages"] > 2 * model.module.config.num_hidden_layers - 1, info["text"]
     said_cache = [w for w in caught if "use_cache=False" in str(w.message)]
     assert bool(said_cache) == (name in DECODERS), [str(w.message) for w in caught]
+
+
+def test_recurrent_gemma_trains_bit_for_bit_in_float32():
+    test_trains_bit_for_bit_as_the_model_without_its_cache("recurrent_gemma", False)
 
 
 @pytest.mark.parametrize("name", ["gpt2", "t5"])
