@@ -290,6 +290,41 @@ def test_a_mask_made_from_a_tensor_literal_needs_no_grad_across_cuts():
         assert all(torch.equal(a, b) for a, b in zip(gradients[0], other))
 
 
+class NumberFirst(torch.nn.Module):
+    """torch.add with a number first, as Phimoe's router writes it: export records the number
+    where the schema takes a tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            h = layer(x)
+            weight = torch.add(0.3333, h > 0, alpha=0.6667).type_as(h)  # 1 -> 1.0, 0 -> 1/3
+            x = torch.add(0.5, h * weight)  # in h's dtype under autocast, as a number keeps it
+        return x
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bfloat16"])
+def test_a_number_where_an_op_takes_a_tensor_promotes_as_a_number(autocast):
+    x = torch.randn(64, 16)
+    gradients = []
+    for model in ("eager", "eager", "rewritten"):
+        torch.manual_seed(0)
+        module = NumberFirst()
+        if model == "rewritten":
+            module = jitckpt.checkpoint(module, memory_limit="min", profile_repeats=1, front_end="export")
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out = module(x)
+        assert out.dtype == (torch.bfloat16 if autocast else torch.float32)
+        out.float().pow(2).sum().backward()
+        gradients.append([p.grad for p in module.parameters()])
+    assert module.front_end == "export" and jitckpt.plan(module)["num_stages"] >= 3
+    for other in gradients[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(gradients[0], other))
+
+
 @dataclasses.dataclass
 class UnregisteredOutput:  # a dataclass nobody registered with pytree, as users write them
     logits: torch.Tensor

@@ -153,8 +153,18 @@ class _Encoder:
             raise CaptureError(f"jitckpt cannot run {getattr(target, '__name__', target)} as captured by "
                                f"torch.export ({_user_line(node) or node.name})")
         args = tuple(self.encoded(a) for a in node.args)
+        if isinstance(target, torch._ops.OpOverload):
+            args = tuple(self._number_as_tensor(a, argument) for a, argument in zip(args, target._schema.arguments))
         entry = self._add(*op, args, {k: self.encoded(v) for k, v in node.kwargs.items()})
         self.refs[node] = _ListResult(entry) if list_result else ValueRef(entry)
+
+    def _number_as_tensor(self, value: Any, argument: Any) -> Any:
+        """A Python number where the schema takes a tensor (export records torch.add(0.5, x) as
+        add.Tensor(0.5, x), which TorchScript has no overload for): the 0-dim tensor NumToTensor
+        makes, a wrapped number, which promotes with other tensors as the number does."""
+        if isinstance(argument.type, torch.TensorType) and isinstance(value, (bool, int, float)):
+            return ValueRef(self._add("prim::NumToTensor", None, (value,), {}))
+        return value
 
     def _block(self, node: torch.fx.Node, graph_module: torch.fx.GraphModule) -> None:
         """A `torch.no_grad()` / `torch.enable_grad()` block, or a `torch.autocast` block that leaves
