@@ -88,6 +88,11 @@ def _models() -> Dict[str, Tuple[Callable[[], torch.nn.Module], Callable[..., Di
         "recurrent_gemma": (lambda: t.RecurrentGemmaForCausalLM(t.RecurrentGemmaConfig(
             vocab_size=VOCAB, hidden_size=64, lru_width=64, num_hidden_layers=3, num_attention_heads=4,
             num_key_value_heads=1, intermediate_size=128, attention_window_size=16)), text_batch, "tokens"),
+        # Mixture of experts whose router draws (exponential_, rand_like), applies a Function and
+        # calls torch.add with a number first.
+        "phimoe": (lambda: t.PhimoeForCausalLM(t.PhimoeConfig(vocab_size=VOCAB, hidden_size=64, num_key_value_heads=2,
+                                                              num_local_experts=4, **small)),
+                   text_batch, "tokens"),
         "bert": (lambda: t.BertForSequenceClassification(t.BertConfig(vocab_size=VOCAB, hidden_size=64, num_labels=3, **small)),
                  text_batch, "classes"),
         "vit": (lambda: t.ViTForImageClassification(t.ViTConfig(image_size=64, patch_size=8, hidden_size=64, num_labels=3,
@@ -96,8 +101,8 @@ def _models() -> Dict[str, Tuple[Callable[[], torch.nn.Module], Callable[..., Di
     }
 
 
-MODELS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "bert", "vit"]
-DECODERS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "recurrent_gemma"]  # their configs say use_cache=True
+MODELS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "phimoe", "bert", "vit"]
+DECODERS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "recurrent_gemma", "phimoe"]  # their configs say use_cache=True
 
 
 def make(name: str) -> torch.nn.Module:
