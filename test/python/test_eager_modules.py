@@ -7,6 +7,8 @@ the model zoo's families."""
 import copy
 import dataclasses
 import math
+import random
+import re
 import warnings
 from typing import Any, Dict, List, Optional
 
@@ -323,6 +325,42 @@ def test_a_number_where_an_op_takes_a_tensor_promotes_as_a_number(autocast):
     assert module.front_end == "export" and jitckpt.plan(module)["num_stages"] >= 3
     for other in gradients[1:]:
         assert all(torch.equal(a, b) for a, b in zip(gradients[0], other))
+
+
+class DrawsOnTheHost(torch.nn.Module):
+    """Masks features drawn with NumPy or Python's random, as SpecAugment does in Hugging Face's
+    speech models."""
+
+    def __init__(self, generator: str) -> None:
+        super().__init__()
+        self.generator = generator
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        if self.generator == "numpy":
+            import numpy
+
+            keep = torch.tensor(numpy.random.rand(16) > 0.5)
+        else:
+            keep = torch.tensor([random.random() > 0.5 for _ in range(16)])
+        return x * keep
+
+
+@pytest.mark.parametrize("generator", ["numpy", "python"])
+def test_draws_from_python_or_numpy_are_refused_not_frozen(generator):
+    """Export would record the draw as a constant: every step would mask the same features."""
+    if generator == "numpy":
+        pytest.importorskip("numpy")
+    model = DrawsOnTheHost(generator)
+    before = [p.detach().clone() for p in model.parameters()]
+    checkpointed = jitckpt.checkpoint(model, memory_limit="min", front_end="export")
+    name = "numpy.random.rand" if generator == "numpy" else "random.random"
+    with pytest.raises(capture.CaptureError, match=rf"draws random numbers with Python or NumPy \({re.escape(name)} at "
+                                                   r".*test_eager_modules.py:\d+.*export records as constants"):
+        checkpointed(torch.randn(8, 16)).sum().backward()
+    assert all(torch.equal(a, p) and p.grad is None for a, p in zip(before, model.parameters()))
 
 
 @dataclasses.dataclass

@@ -21,6 +21,7 @@ import torch.utils._pytree as pytree
 
 from .aten_graph import CaptureError, ambient_autocast, build
 from .autograd_functions import functions_as_operators
+from .host_random import host_draws, refusal
 from .layer_drop import layer_drop_decided, layer_drops_above_zero
 
 
@@ -194,17 +195,23 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
     sizes. A failure of the second try is the one reported."""
     for dynamic in (True, False):
         try:
-            with layer_drop_decided(module), functions_as_operators():
+            with layer_drop_decided(module), functions_as_operators(), host_draws() as drawn:
                 program = _export(module, args, kwargs, dynamic)
+            if drawn:
+                break
             scripted, passed, inlined_autocast_block = build(program, module, type(module).__name__)
             break
         except CaptureError as error:
+            if drawn:  # the reason that holds whatever else export met
+                break
             if not dynamic:
                 above_zero = layer_drops_above_zero(module)
                 if above_zero and "data-dependent" in str(error):
                     raise CaptureError(f"{error}; the model's LayerDrop ({', '.join(above_zero)}) skips layers at "
                                        "random, step by step, which no one plan follows: set it to 0") from error
                 raise
+    if drawn:
+        raise CaptureError(refusal(module, drawn))
     flat, spec = flatten(args, kwargs)
     tensors = [x for x in flat if isinstance(x, torch.Tensor)]
     values = [n.meta.get("val") for n in program.graph_module.graph.nodes if n.op == "placeholder"]
