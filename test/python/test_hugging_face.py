@@ -59,6 +59,19 @@ def audio_batch(length: int, seed: int, kind: str) -> Dict[str, torch.Tensor]:
             "labels": torch.randint(2, VOCAB, (4, length // 2), generator=g)}
 
 
+def waveform_batch(length: int, seed: int, kind: str) -> Dict[str, torch.Tensor]:
+    """Raw audio, 100 samples a step of `length`, and classes."""
+    g = torch.Generator().manual_seed(seed)
+    return {"input_values": torch.randn(4, 100 * length, generator=g), "labels": torch.randint(0, 3, (4,), generator=g)}
+
+
+def wav2vec2_config(**changes: Any) -> Any:
+    return transformers.Wav2Vec2Config(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, num_labels=3,
+        conv_dim=(32,) * 3, conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3), num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4, **changes)
+
+
 def _models() -> Dict[str, Tuple[Callable[[], torch.nn.Module], Callable[..., Dict[str, torch.Tensor]], str]]:
     t = transformers
     small = dict(num_hidden_layers=4, num_attention_heads=4, intermediate_size=128)
@@ -93,6 +106,9 @@ def _models() -> Dict[str, Tuple[Callable[[], torch.nn.Module], Callable[..., Di
         "phimoe": (lambda: t.PhimoeForCausalLM(t.PhimoeConfig(vocab_size=VOCAB, hidden_size=64, num_key_value_heads=2,
                                                               num_local_experts=4, **small)),
                    text_batch, "tokens"),
+        # SpecAugment's masks (drawn with NumPy) and LayerDrop off: docs/supported.md.
+        "wav2vec2": (lambda: t.Wav2Vec2ForSequenceClassification(wav2vec2_config(mask_time_prob=0.0, layerdrop=0.0)),
+                     waveform_batch, "classes"),
         "bert": (lambda: t.BertForSequenceClassification(t.BertConfig(vocab_size=VOCAB, hidden_size=64, num_labels=3, **small)),
                  text_batch, "classes"),
         "vit": (lambda: t.ViTForImageClassification(t.ViTConfig(image_size=64, patch_size=8, hidden_size=64, num_labels=3,
@@ -101,7 +117,7 @@ def _models() -> Dict[str, Tuple[Callable[[], torch.nn.Module], Callable[..., Di
     }
 
 
-MODELS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "phimoe", "bert", "vit"]
+MODELS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "phimoe", "wav2vec2", "bert", "vit"]
 DECODERS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "recurrent_gemma", "phimoe"]  # their configs say use_cache=True
 
 
@@ -168,6 +184,14 @@ def test_trains_bit_for_bit_as_the_model_without_its_cache(name, autocast):
 
 def test_recurrent_gemma_trains_bit_for_bit_in_float32():
     test_trains_bit_for_bit_as_the_model_without_its_cache("recurrent_gemma", False)
+
+
+def test_wav2vec2s_spec_augment_drawn_with_numpy_is_refused_saying_what_to_set():
+    torch.manual_seed(0)
+    model = jitckpt.checkpoint(transformers.Wav2Vec2ForSequenceClassification(wav2vec2_config(layerdrop=0.0)),
+                               memory_limit="min")
+    with pytest.raises(capture.CaptureError, match=r"numpy.random.* at .*modeling_wav2vec2.py.*mask_time_prob"):
+        model(**waveform_batch(16, 0, "classes"))
 
 
 @pytest.mark.parametrize("name", ["gpt2", "t5"])
