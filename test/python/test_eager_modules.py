@@ -236,20 +236,13 @@ def test_random_draws_inside_an_autocast_block_are_replayed_and_in_place_ops_ref
     """A block that switches autocast is one op, which the stage holding it replays the generator
     state for when it recomputes, as for any random op; an op writing in place inside is refused."""
     x = torch.randn(512, 16)
-    gradients = []
-    for model in ("eager", "eager", "rewritten"):
-        torch.manual_seed(0)
-        module = DrawsInAnAutocastBlock()
-        if model == "rewritten":
-            module = jitckpt.checkpoint(module, memory_limit="min", profile_repeats=1, front_end="export")
+
+    def loss(module: torch.nn.Module) -> torch.Tensor:
         torch.manual_seed(1)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            out = module(x)
-        out.pow(2).sum().backward()
-        gradients.append([p.grad for p in module.parameters()])
-    assert "Fn(" in jitckpt.plan(module)["schedule"]
-    for other in gradients[1:]:
-        assert all(torch.equal(a, b) for a, b in zip(gradients[0], other))
+            return module(x).pow(2).sum()
+
+    assert "Fn(" in jitckpt.plan(same_gradients_as_the_model(DrawsInAnAutocastBlock, loss))["schedule"]
     module = jitckpt.checkpoint(DrawsInAnAutocastBlock(in_place=True), memory_limit="min", front_end="export")
     with pytest.raises(capture.CaptureError, match=r"mul_.*\(in place\) inside a torch.autocast block that switches "
                                                    r"autocast .*x = x.float\(\).mul_\(2\).*move it out of the block"):
@@ -279,17 +272,8 @@ def test_a_mask_made_from_a_tensor_literal_needs_no_grad_across_cuts():
     """A float mask that requires grad makes the CPU attention take its math kernel instead of the
     model's flash kernel (other bits): the mask crossing a cut must not be given a gradient."""
     x, keep = torch.randn(4, 24, 16), torch.arange(24)[None, :] < torch.tensor([[24], [20], [12], [17]])
-    gradients = []
-    for model in ("eager", "eager", "rewritten"):
-        torch.manual_seed(0)
-        module = AdditiveMaskAttention()
-        if model == "rewritten":
-            module = jitckpt.checkpoint(module, memory_limit="min", profile_repeats=1, front_end="export")
-        module(x, keep).pow(2).sum().backward()
-        gradients.append([p.grad for p in module.parameters()])
+    module = same_gradients_as_the_model(AdditiveMaskAttention, lambda module: module(x, keep).pow(2).sum())
     assert jitckpt.plan(module)["num_stages"] >= 4
-    for other in gradients[1:]:
-        assert all(torch.equal(a, b) for a, b in zip(gradients[0], other))
 
 
 class NumberFirst(torch.nn.Module):
@@ -311,20 +295,15 @@ class NumberFirst(torch.nn.Module):
 @pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bfloat16"])
 def test_a_number_where_an_op_takes_a_tensor_promotes_as_a_number(autocast):
     x = torch.randn(64, 16)
-    gradients = []
-    for model in ("eager", "eager", "rewritten"):
-        torch.manual_seed(0)
-        module = NumberFirst()
-        if model == "rewritten":
-            module = jitckpt.checkpoint(module, memory_limit="min", profile_repeats=1, front_end="export")
+
+    def loss(module: torch.nn.Module) -> torch.Tensor:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             out = module(x)
         assert out.dtype == (torch.bfloat16 if autocast else torch.float32)
-        out.float().pow(2).sum().backward()
-        gradients.append([p.grad for p in module.parameters()])
+        return out.float().pow(2).sum()
+
+    module = same_gradients_as_the_model(NumberFirst, loss)
     assert module.front_end == "export" and jitckpt.plan(module)["num_stages"] >= 3
-    for other in gradients[1:]:
-        assert all(torch.equal(a, b) for a, b in zip(gradients[0], other))
 
 
 class DrawsOnTheHost(torch.nn.Module):
@@ -579,6 +558,23 @@ def test_layer_drop_at_zero_is_captured_and_draws_as_the_model_does():
     assert model.front_end == "export" and model.layerdrop == 0.0 and type(model.module.layerdrop) is float
     with pytest.raises(capture.CaptureError, match=r"LayerDrop \(layerdrop\) skips layers at random.*set it to 0"):
         jitckpt.checkpoint(LayerDropStack(0.1), memory_limit="min", front_end="export")(torch.randn(2, 8, 16))
+
+
+def same_gradients_as_the_model(make: Any, loss: Any) -> Any:
+    """`loss(module)` backward on the model `make` builds (under seed 0), twice as it is, then
+    checkpointed at "min" through export: asserts the three give the same gradients, bit for bit;
+    returns the checkpointed module."""
+    gradients = []
+    for rewritten in (False, False, True):
+        torch.manual_seed(0)
+        module = make()
+        if rewritten:
+            module = jitckpt.checkpoint(module, memory_limit="min", profile_repeats=1, front_end="export")
+        loss(module).backward()
+        gradients.append([p.grad for p in module.parameters()])
+    for other in gradients[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(gradients[0], other))
+    return module
 
 
 class ReverseGradient(torch.autograd.Function):
