@@ -75,7 +75,7 @@ def _operator(function: type, spec: Any, constants: List[Any]) -> _Operator:
     """The operator for this Function and these non-tensor arguments, defined at first use."""
     global _library
     try:
-        key: Any = (function, spec, tuple((type(c), c) for c in constants))
+        key: Any = (function, repr(spec), tuple((type(c), c) for c in constants))  # (2.6's specs: no hash)
         hash(key)
     except TypeError:  # an unhashable constant: an operator of its own
         key = object()
