@@ -39,7 +39,7 @@ SIMPLE = {"stride": False, "groups": "1", "pad": True, "norm": "none", "act": "r
           "cl": False, "se": False, "shuffle": "cat", "causal": False, "mask": False, "fused": False, "heads": 1,
           "layers": 1, "bidir": False, "post": False, "adrop": 0.0, "expand": 2, "ratio": 2, "variant": 0,
           "mha": False}
-EXTRAS = ("skip", "drop", "count", "ema", "gate", "collect", "inline", "risky")
+EXTRAS = ("skip", "drop", "count", "ema", "gate", "collect", "inline", "risky", "fn")
 RMSNORM = '''class RMSNorm(torch.nn.Module):
     def __init__(self, d: int):
         super().__init__()
@@ -48,6 +48,43 @@ RMSNORM = '''class RMSNorm(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
 '''
+
+# torch.autograd.Functions with backwards of their own, applied from functions TorchScript ignores
+# (a Python call there; one op of jitckpt's through export): gradient scaling, and a mask drawn
+# inside, which a recomputed stage must draw again.
+FUNCTIONS = '''class HalveGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 0.5
+
+
+class DropOwnMask(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, p):
+        mask = (torch.rand_like(x) > p).to(x.dtype)
+        ctx.save_for_backward(mask)
+        return x * mask
+
+    @staticmethod
+    def backward(ctx, grad):
+        (mask,) = ctx.saved_tensors
+        return grad * mask, None
+
+
+@torch.jit.ignore
+def halve_gradient(x: torch.Tensor) -> torch.Tensor:
+    return HalveGradient.apply(x)
+
+
+@torch.jit.ignore
+def drop_own_mask(x: torch.Tensor, p: float) -> torch.Tensor:
+    return DropOwnMask.apply(x, p)
+'''
+HELPERS = {"RMSNorm": RMSNORM, "Functions": FUNCTIONS}
 
 
 def group(kind: str) -> str:
@@ -436,7 +473,8 @@ RENDER = {"conv": r_conv, "inverted": r_inverted, "pool": r_pool, "up": r_up, "s
 
 
 def extras(b, st, c):
-    """Dropout, a gate behind a bool flag, a step counter and an EMA buffer written in forward."""
+    """Dropout, a Function, a gate behind a bool flag, a step counter and an EMA buffer written in
+    forward."""
     if b.get("drop"):
         p, how = b["drop"]["p"], b["drop"]["how"]
         if how == "module":
@@ -452,6 +490,9 @@ def extras(b, st, c):
             c.ann.append(f"{c.p}use_gate: torch.jit.Final[bool]")
         gate = c.mod(name, f"torch.nn.Parameter(torch.ones({st['c']}))")
         c(f"if self.{c.p}use_gate:\n    x = x * {gate}{shape_of(st)}")
+    if b.get("fn"):
+        c.helpers.add("Functions")
+        c("x = halve_gradient(x)" if b["fn"] == "halve" else "x = drop_own_mask(x, 0.2)")
     if b.get("count"):
         c.init.append(f'self.register_buffer("{c.p}count", torch.zeros(1, dtype=torch.long))')
         c(f"self.{c.p}count.add_(1)")
@@ -611,7 +652,7 @@ def _build(spec: Spec):
         make.append(f"aux = torch.randn({N}, {aux['dim']}, generator=generator)")
     make.append(f"return ({', '.join(inputs)},)")
     src = ("import math\nfrom typing import Dict, List, Tuple\n\nimport torch\nimport torch.nn.functional as F\n\n\n"
-           + (RMSNORM + "\n\n" if m.helpers else "") + "".join(cl + "\n\n" for cl in classes)
+           + "".join(HELPERS[h] + "\n\n" for h in sorted(m.helpers)) + "".join(cl + "\n\n" for cl in classes)
            + _class("Model", m, inputs, ret, [])
            + "\n\ndef make_inputs(generator: torch.Generator) -> Tuple[torch.Tensor, ...]:\n" + indent(make, 4))
     return src, states
@@ -683,6 +724,10 @@ def draw(seed: int) -> Spec:
                 blocks[-1]["inline"] = True
             cur = to
         blocks.append(draw_block(r, r.choice(BLOCKS[group(cur)]), cur, len(blocks)))
+    functions = random.Random(f"functions {seed}")  # a stream of its own: the other draws stay as they were
+    for b in blocks:
+        if functions.random() < 0.1:
+            b["fn"] = functions.choice(["halve", "drop"])
     spec["blocks"] = blocks
     spec["collect"] = r.choice(["cat", "sum"])
     if r.random() < 0.2:
