@@ -47,6 +47,16 @@ bool choosesKernelByAutograd(const torch::jit::Node* n) {
          kind == "aten::max_pool1d";
 }
 
+// A list of tensors whose op may cast them for autocast (an LSTM's weights), unless every reader
+// is a Function the export front end keeps whole: a Function's forward runs with grad off, where
+// autocast caches no cast.
+bool listMayBeCast(const torch::jit::Node* list) {
+  const auto& uses = list->output()->uses();
+  return std::any_of(uses.begin(), uses.end(), [](const torch::jit::Use& use) {
+    return std::string(use.user->kind().ns().toUnqualString()) != "jitckpt_functions";
+  });
+}
+
 // Ops that autocast runs in its lower-precision dtype, casting their float32 arguments first: a
 // weight they read directly is cast, and the cast cached while the autocast region lasts.
 bool castsForAutocast(const torch::jit::Node* n) {
@@ -228,7 +238,8 @@ ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<Lifte
       if (lifted_[stage.lifted[j]].kind != LiftedKind::Parameter) continue;
       const auto& uses = stage.graph->inputs()[stage.num_activation_inputs + j]->uses();
       const bool casts = std::any_of(uses.begin(), uses.end(), [](const torch::jit::Use& use) {
-        return castsForAutocast(use.user) || use.user->kind() == c10::prim::ListConstruct;
+        return castsForAutocast(use.user) ||
+               (use.user->kind() == c10::prim::ListConstruct && listMayBeCast(use.user));
       });
       if (casts) cast.push_back(j);
     }
