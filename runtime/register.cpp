@@ -1,7 +1,7 @@
 // Registers the runtime with TorchScript when libjitckpt_runtime loads: the jitckpt.Plan class
 // (printable, picklable), the jitckpt::chain op with its kernels (chain_op.h), and the op that
-// ends a stage's casts inside a group run under autocast (grouped_stages.h), and the op that runs
-// a captured graph's autocast block (autocast_block.h).
+// ends a stage's casts inside a group run under autocast (grouped_stages.h), and the ops that run
+// a captured graph's autocast block (autocast_block.h) and its slices (indexing_slice.h).
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/jit/runtime/custom_operator.h>
 #include <torch/library.h>
@@ -9,6 +9,7 @@
 #include "runtime/autocast_block.h"
 #include "runtime/chain_op.h"
 #include "runtime/grouped_stages.h"
+#include "runtime/indexing_slice.h"
 #include "runtime/plan.h"
 
 namespace jitckpt {
@@ -57,6 +58,9 @@ TORCH_LIBRARY(jitckpt, m) {
                     "__torch__.torch.classes.jitckpt.Plan plan) -> Tensor[]",
                     c10::AliasAnalysisKind::CONSERVATIVE));
   m.def("autocast_block(int block, Tensor[] inputs) -> Tensor[]");
+  m.def(
+      "indexing_slice(Tensor(a) self, int dim=0, int? start=None, int? end=None, int step=1) -> "
+      "Tensor(a)");
 }
 
 namespace {
@@ -72,6 +76,7 @@ TORCH_LIBRARY_IMPL(jitckpt, CPU, m) { m.impl("chain", chainInference); }
 TORCH_LIBRARY_IMPL(jitckpt, CUDA, m) { m.impl("chain", chainInference); }
 TORCH_LIBRARY_IMPL(jitckpt, CompositeImplicitAutograd, m) {
   m.impl("autocast_block", runAutocastBlock);
+  m.impl("indexing_slice", indexingSlice);
 }
 
 }  // namespace jitckpt

@@ -145,7 +145,7 @@ class _Encoder:
             return
         if isinstance(target, torch._ops.OpOverload):
             schema = target._schema
-            op = (schema.name, schema.overload_name)
+            op = ("jitckpt::indexing_slice", "") if _indexing_may_skip(node) else (schema.name, schema.overload_name)
             list_result = len(schema.returns) == 1 and isinstance(schema.returns[0].type, torch._C.ListType)
         elif target in _SIZE_ARITHMETIC:
             op, list_result = (_SIZE_ARITHMETIC[target], None), False
@@ -233,6 +233,25 @@ class _Encoder:
         meta = value.meta.get("val") if isinstance(value, torch.fx.Node) else None
         return (isinstance(meta, torch.Tensor) and (meta.is_floating_point() or meta.is_complex())
                 and value not in self.without_grad)
+
+
+def _indexing_may_skip(node: torch.fx.Node) -> bool:
+    """Whether an aten.slice may be one that Python's indexing on a tuple skips where it takes a whole
+    dimension (x[:, :n] with n the size: autograd passes the gradient on as it comes, where
+    aten::slice's backward makes a new contiguous one that kernels after it may round differently
+    on). Export records such a slice where it cannot tell for a dynamic size; it becomes
+    jitckpt::indexing_slice, which decides as indexing does when it runs. A slice of the first
+    dimension to a given end may be x[:n], which indexing always slices, and stays one."""
+    if node.target is not torch.ops.aten.slice.Tensor:
+        return False
+    given = dict(zip([a.name for a in node.target._schema.arguments], node.args), **node.kwargs)
+    source, dim, start, end = given["self"], given.get("dim", 0), given.get("start"), given.get("end")
+    meta = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    if given.get("step", 1) != 1 or start not in (None, 0) or not isinstance(meta, torch.Tensor):
+        return False
+    if (isinstance(end, int) and end < 0) or (isinstance(meta.shape[dim], int) and not isinstance(end, torch.fx.Node)):
+        return False  # never the whole dimension, or export decided as indexing does
+    return dim % meta.dim() > 0 or end is None or (isinstance(end, int) and end >= 2**62)
 
 
 def autocast_state(device: str) -> Tuple[bool, Any]:

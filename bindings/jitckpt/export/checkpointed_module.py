@@ -133,7 +133,9 @@ class CheckpointedModule(torch.nn.Module):
                     raise
                 self._take_fallback(error, None)
                 return self._scripted(*args, **kwargs)
-            return capturing.outputs(captured, rewritten(*capturing.arguments(captured, flat)))
+            with torch.jit.optimized_execution(False):
+                result = rewritten(*capturing.arguments(captured, flat))
+            return capturing.outputs(captured, result)
 
     def _take_fallback(self, error: Exception, example_inputs: Optional[Sequence[Any]],
                        reuse_profile_of: Any = None) -> None:
