@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "passes/strip.h"
+#include "runtime/forward_start.h"
 
 namespace jitckpt {
 
@@ -96,6 +97,14 @@ void removeRegion(Partition& partition) {
   partition.first_node = partition.last_node = nullptr;
 }
 
+// The forward's first op notes where it begins, for what a plan made in the call counts
+// (runtime/forward_start.h); it takes the forward's arguments but `self`.
+void insertForwardBegins(torch::jit::Graph& graph) {
+  std::vector<Value*> arguments(graph.inputs().begin() + 1, graph.inputs().end());
+  Node* begins = graph.create(c10::Symbol::fromQualString(kForwardBegins), arguments, 0);
+  graph.prependNode(begins);
+}
+
 // jitckpt.strip's way back: the forward as it was, as a method of the module's class.
 void keepOriginalForward(torch::jit::Module& module, torch::jit::Graph& forward) {
   const c10::QualifiedName name(*module.type()->name(), kOriginalForward);
@@ -127,6 +136,7 @@ void rewriteChain(torch::jit::Module& module, Partition& partition,
   Node* unpack = insertChainCall(partition, stages);
   redirectChainOutputs(partition, unpack);
   removeRegion(partition);
+  insertForwardBegins(*partition.graph);
 }
 
 }  // namespace jitckpt

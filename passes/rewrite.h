@@ -7,8 +7,9 @@
 //   %out = jitckpt::chain(%in, %lt, %ls, %plan)
 //   %a, %b, ... = prim::ListUnpack(%out)
 // and stores the plan as the module attribute `_jitckpt_plan`. Prologue and epilogue stay as they
-// were. The rewritten module saves and loads with torch.jit.save/load in any process that loads
-// libjitckpt_runtime (the Plan pickles itself).
+// were, after a first op, jitckpt::forward_begins(the forward's arguments but self), that notes
+// where the forward begins (runtime/forward_start.h). The rewritten module saves and loads with
+// torch.jit.save/load in any process that loads libjitckpt_runtime (the Plan pickles itself).
 #pragma once
 
 #include <torch/csrc/jit/api/module.h>

@@ -52,6 +52,7 @@ class ProfilingReplanner final : public Replanner {
     options.whole_schedule_room =
         wholeScheduleRoom(old.requested_limit, arguments, /*in_training_call=*/true);
     options.repeats = old.profile_repeats;
+    options.held_before_chain_bytes = arguments.held_before_chain_bytes;
     // A training call's profile is part of its step: one timed run of the whole chain scales the
     // stages' times (a factor moves no schedule: every schedule's time scales alike).
     options.calibration_runs = 1;

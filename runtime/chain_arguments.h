@@ -23,6 +23,9 @@ struct ChainArguments {
   Tensors inputs;
   Tensors lifted_tensors;  // undefined for an Optional[Tensor] attribute that is None
   std::vector<c10::IValue> lifted_scalars;
+  // What the forward holds from before the chain besides heldFromStart, as the call measured it
+  // (forward_start.h); 0 where it was not measured.
+  int64_t held_before_chain_bytes = 0;
 };
 
 // The key a plan is made for (see input_key.h): the chain inputs, then the side tensors and the

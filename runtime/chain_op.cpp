@@ -16,6 +16,7 @@
 
 #include "runtime/compat.h"
 #include "runtime/executor.h"
+#include "runtime/forward_start.h"
 #include "runtime/replan.h"
 #include "solver/memory_limit.h"
 
@@ -150,15 +151,18 @@ RunAs trainingRun(const Plan& plan) {
 // new input shapes is profiled and solved here).
 // `grew`: the call ran before and its data made larger tensors than the plan it ran had: a plan
 // for the larger sizes replaces that one.
+// `start`: the note of the forward's start (forward_start.h), for what a plan made here counts.
 c10::intrusive_ptr<ScheduleExecutor> executorFor(at::TensorList inputs,
                                                  at::TensorList lifted_tensors,
                                                  const c10::List<c10::IValue>& lifted_scalars,
                                                  const c10::intrusive_ptr<Plan>& plan,
+                                                 const ForwardStart* start,
                                                  const StageGrew* grew = nullptr,
                                                  const c10::intrusive_ptr<Plan>& ran = {}) {
   c10::AutoGradMode no_grad(false);
   c10::AutoFwGradMode no_forward_grad(false);
   ChainArguments arguments = argumentsOf(inputs, lifted_tensors, lifted_scalars);
+  arguments.held_before_chain_bytes = heldBeforeChainBytes(start, plan->stages(), arguments);
   // Other input shapes than the planned ones get their own plan (made once).
   auto active =
       grew ? planForLargerSizes(plan, ran, arguments, *grew) : planForArguments(plan, arguments);
@@ -331,6 +335,7 @@ bool anyRequiresGrad(at::TensorList tensors) {
 std::vector<at::Tensor> chainAutograd(at::TensorList inputs, at::TensorList lifted_tensors,
                                       const c10::List<c10::IValue>& lifted_scalars,
                                       const c10::intrusive_ptr<Plan>& plan) {
+  const std::shared_ptr<const ForwardStart> start = takeForwardStart();  // before any allocation
   BufferRollback rollback(plan->stages(), lifted_tensors);
   try {
     if (!c10::GradMode::is_enabled() ||
@@ -338,7 +343,7 @@ std::vector<at::Tensor> chainAutograd(at::TensorList inputs, at::TensorList lift
       c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
       return chainInference(inputs, lifted_tensors, lifted_scalars, plan);
     }
-    auto executor = executorFor(inputs, lifted_tensors, lifted_scalars, plan);
+    auto executor = executorFor(inputs, lifted_tensors, lifted_scalars, plan, start.get());
     try {
       return runTraining(inputs, lifted_tensors, executor);
     } catch (const StageGrew& grew) {
@@ -348,7 +353,7 @@ std::vector<at::Tensor> chainAutograd(at::TensorList inputs, at::TensorList lift
       executor->restoreRandomStateOfCallStart();
       const c10::intrusive_ptr<Plan> ran = executor->sharedPlan();
       executor.reset();
-      executor = executorFor(inputs, lifted_tensors, lifted_scalars, plan, &grew, ran);
+      executor = executorFor(inputs, lifted_tensors, lifted_scalars, plan, start.get(), &grew, ran);
       return runTraining(inputs, lifted_tensors, executor);
     }
   } catch (...) {  // out of memory, or any stage's error: the buffers go back to where they were
@@ -363,6 +368,7 @@ std::vector<at::Tensor> chainAutograd(at::TensorList inputs, at::TensorList lift
 std::vector<at::Tensor> chainInference(at::TensorList inputs, at::TensorList lifted_tensors,
                                        const c10::List<c10::IValue>& lifted_scalars,
                                        const c10::intrusive_ptr<Plan>& plan) {
+  takeForwardStart();  // ends the forward's probe: nothing is planned here
   ScheduleExecutor executor(plan, argumentsOf(inputs, lifted_tensors, lifted_scalars),
                             groupsStages() ? RunAs::Inference : RunAs::EveryStage);
   return executor.runInference();

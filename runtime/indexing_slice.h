@@ -8,7 +8,6 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-
 #include <c10/util/Optional.h>
 
 #include <cstdint>

@@ -1,13 +1,15 @@
 // Registers the runtime with TorchScript when libjitckpt_runtime loads: the jitckpt.Plan class
 // (printable, picklable), the jitckpt::chain op with its kernels (chain_op.h), and the op that
 // ends a stage's casts inside a group run under autocast (grouped_stages.h), and the ops that run
-// a captured graph's autocast block (autocast_block.h) and its slices (indexing_slice.h).
+// a captured graph's autocast block (autocast_block.h) and its slices (indexing_slice.h), and the
+// op that notes where a rewritten forward begins (forward_start.h).
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/jit/runtime/custom_operator.h>
 #include <torch/library.h>
 
 #include "runtime/autocast_block.h"
 #include "runtime/chain_op.h"
+#include "runtime/forward_start.h"
 #include "runtime/grouped_stages.h"
 #include "runtime/indexing_slice.h"
 #include "runtime/plan.h"
@@ -64,10 +66,21 @@ TORCH_LIBRARY(jitckpt, m) {
 }
 
 namespace {
-// An interpreter op (no tensor to dispatch on); conservative, so that no pass drops it.
+// Interpreter ops (no tensor to dispatch on); conservative, so that no pass drops or moves them.
 const torch::jit::RegisterOperators end_of_stage_casts({torch::jit::Operator(
     std::string(kEndOfStageCasts) + "() -> ()",
     [](torch::jit::Stack&) { at::autocast::clear_cache(); },
+    c10::AliasAnalysisKind::CONSERVATIVE)});
+// Variadic: the interpreter pushes the number of arguments after them.
+const torch::jit::RegisterOperators forward_begins({torch::jit::Operator(
+    std::string(kForwardBegins) + "(...) -> ()",
+    [](torch::jit::Stack& stack) {
+      const auto count = static_cast<size_t>(torch::jit::pop(stack).toInt());
+      std::vector<c10::IValue> arguments(stack.end() - static_cast<std::ptrdiff_t>(count),
+                                         stack.end());
+      torch::jit::drop(stack, count);
+      beginForward(arguments);
+    },
     c10::AliasAnalysisKind::CONSERVATIVE)});
 }  // namespace
 

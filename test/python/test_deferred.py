@@ -247,6 +247,42 @@ def test_auto_leaves_room_for_the_loss(autocast):
     assert max(first.peak, later.peak) <= capacity, (first.peak, later.peak, capacity)
 
 
+class GatedPositions(nn.Module):
+    """Every layer scales by a table of positions gated before the chain: what the gates' autograd
+    graph saves there (two sigmoids and a product, 192 KiB) is held from before the chain to the
+    step's end. (Scaled, not added: a sum hands its gradient on to the table as it is, which the
+    plan counts twice, and so it would hold a step that misses those 192 KiB.)"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(1024, 16))
+        self.gates = nn.Parameter(torch.randn(2, 1024, 16))
+        self.layers = nn.ModuleList(nn.Linear(16, 16) for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        positions = torch.sigmoid(self.gates[0]) * torch.sigmoid(self.gates[1]) * self.table
+        for layer in self.layers:
+            x = torch.relu(layer(x)) * positions
+        return x
+
+
+def test_a_first_call_plan_counts_what_the_forward_holds_from_before_the_chain():
+    """At "min" the plan is as tight as it gets: a first call's plan must count what the ops
+    before the chain hold, as a plan with example inputs does from its own run of them."""
+    torch.manual_seed(0)
+    model = jitckpt.checkpoint(torch.jit.script(GatedPositions()), memory_limit="min", profile_repeats=1)
+    x = torch.randn(1024, 16)
+    loss = lambda y: y.sum()  # noqa: E731
+    loss(model(x)).backward()
+    info = jitckpt.plan(model)
+    assert "Fn(" in info["schedule"], info["schedule"]  # recomputes
+    model.zero_grad(set_to_none=True)
+    with jitckpt.cpu_memory() as memory:
+        loss(model(x)).backward()
+    allowed = info["memory_limit"] + families.loss_held_bytes(model(x), loss) + families.OUTSIDE_CHAIN_BYTES
+    assert memory.peak <= allowed, (memory.peak, allowed, info["memory_limit"])
+
+
 def test_cpu_memory_counts_what_the_block_held_before_a_first_call_profiled():
     """jitckpt.cpu_memory around a first training call, which profiles and resets the allocator's
     peak for its own measurements: the block's peak still counts what it held before them."""
