@@ -517,6 +517,31 @@ def test_models_export_cannot_capture_fall_back_to_torchscript_or_say_why():
         jitckpt.checkpoint(torch.jit.script(DataDependent()), front_end="export")
 
 
+class LossOfLabeledRows(torch.nn.Module):
+    """A classifier that takes in forward the loss of the rows that have a label, as DeBERTa does:
+    a branch on how many there are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(4))
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        labeled = (labels >= 0).nonzero()[:, 0]
+        if labeled.size(0) > 0:
+            return torch.nn.functional.cross_entropy(x[labeled], labels[labeled])
+        return x.sum() * 0
+
+
+def test_a_branch_on_data_names_its_line_and_what_to_do():
+    x, labels = torch.randn(4, 8), torch.tensor([1, -100, 3, 0])
+    with pytest.raises(capture.CaptureError, match=r"data-dependent.*test_eager_modules.py\", line \d+: "
+                                                   r"if labeled.size\(0\) > 0.*move that code out of forward.*"
+                                                   r"call the model without them"):
+        jitckpt.checkpoint(LossOfLabeledRows(), memory_limit="min", front_end="export")(x, labels)
+
+
 class LayerDropStack(torch.nn.Module):
     """Layers skipped where a draw falls below LayerDrop's probability, as 44 of Hugging Face's
     families write it (OPT, BART, Whisper, ...): at 0 none is, but each draw advances the generator

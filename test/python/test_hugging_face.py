@@ -120,6 +120,10 @@ def _models() -> Dict[str, Tuple[Callable[[], torch.nn.Module], Callable[..., Di
                                                                        layerdrop=0.0, hidden_dropout=0.0,
                                                                        share_att_key=False)),
                   waveform_batch, "classes"),
+        # Its loss branches on how many rows have a label: taken outside (test_deberta_v2_...).
+        "deberta_v2": (lambda: t.DebertaV2ForSequenceClassification(t.DebertaV2Config(
+            vocab_size=VOCAB, hidden_size=64, num_labels=3, relative_attention=True, pos_att_type=["p2c", "c2p"],
+            max_relative_positions=32, position_buckets=16, **small)), text_batch, "classes"),
         "bert": (lambda: t.BertForSequenceClassification(t.BertConfig(vocab_size=VOCAB, hidden_size=64, num_labels=3, **small)),
                  text_batch, "classes"),
         "vit": (lambda: t.ViTForImageClassification(t.ViTConfig(image_size=64, patch_size=8, hidden_size=64, num_labels=3,
@@ -142,18 +146,24 @@ def batches(name: str) -> List[Dict[str, torch.Tensor]]:
     return [batch(length, i, kind) for i, length in enumerate(LENGTHS)]
 
 
-def adamw_steps(model: torch.nn.Module, inputs: List[Dict[str, torch.Tensor]], autocast: bool) -> List[torch.Tensor]:
+def adamw_steps(model: torch.nn.Module, inputs: List[Dict[str, torch.Tensor]], autocast: bool,
+                loss_outside: bool = False) -> List[torch.Tensor]:
     """Two micro-batches a step, gradients clipped: each loss, then each step's gradients and
-    parameters."""
+    parameters. loss_outside: the model is called without the labels, and the loss taken on its
+    logits."""
     parameters = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(parameters, lr=1e-2)
     record: List[torch.Tensor] = []
     for i, kwargs in enumerate(inputs):
         torch.manual_seed(i)  # dropout
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            output = model(**kwargs)
-        (output.loss / 2).backward()
-        record.append(output.loss.detach().clone())
+            if loss_outside:
+                logits = model(**{k: v for k, v in kwargs.items() if k != "labels"}).logits
+                loss = torch.nn.functional.cross_entropy(logits.float(), kwargs["labels"])
+            else:
+                loss = model(**kwargs).loss
+        (loss / 2).backward()
+        record.append(loss.detach().clone())
         if i % 2 == 1:
             torch.nn.utils.clip_grad_norm_(parameters, 0.5)
             record += [p.grad.clone() for p in parameters]
@@ -195,6 +205,23 @@ def test_trains_bit_for_bit_as_the_model_without_its_cache(name, autocast):
 
 def test_recurrent_gemma_trains_bit_for_bit_in_float32():
     test_trains_bit_for_bit_as_the_model_without_its_cache("recurrent_gemma", False)
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bfloat16"])
+def test_deberta_v2_trains_bit_for_bit_with_its_loss_taken_outside(autocast):
+    inputs = batches("deberta_v2")
+    reference = adamw_steps(make("deberta_v2"), inputs, autocast, loss_outside=True)
+    assert_same(reference, adamw_steps(make("deberta_v2"), inputs, autocast, loss_outside=True), "twice")
+    model = jitckpt.checkpoint(make("deberta_v2"), memory_limit="min")
+    assert_same(reference, adamw_steps(model, inputs, autocast, loss_outside=True), "deberta_v2 through jitckpt")
+    assert model.front_end == "export" and jitckpt.plan(model)["num_stages"] > 7
+
+
+def test_deberta_v2_with_labels_says_to_take_the_loss_outside():
+    model = jitckpt.checkpoint(make("deberta_v2"), memory_limit="min")
+    with pytest.raises(capture.CaptureError, match=r"modeling_deberta_v2.py.*label_index.size\(0\) > 0.*"
+                                                   r"call the model without them"):
+        model(**batches("deberta_v2")[0])
 
 
 def test_wav2vec2s_spec_augment_drawn_with_numpy_is_refused_saying_what_to_set():

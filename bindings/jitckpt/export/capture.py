@@ -11,8 +11,10 @@ import contextlib
 import dataclasses
 import inspect
 import logging
+import os
 import re
 import sys
+import traceback
 import warnings
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -162,6 +164,11 @@ def _export(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
                 ) from error
 
 
+# Where a traceback's frames are torch's or jitckpt's own, not the model's.
+_NOT_THE_USERS = (os.path.dirname(torch.__file__) + os.sep,
+                  os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+
+
 def _unregistered_dataclass(error: Exception) -> Any:
     """The dataclass that export met in forward's output without a pytree registration, where its
     message names one that can be imported (not a class local to a function)."""
@@ -179,13 +186,23 @@ def _unregistered_dataclass(error: Exception) -> Any:
 
 
 def _export_error(error: Exception) -> str:
-    """Export's first line, and the user's line it names ("The following call raised this error")."""
+    """Export's first line and the user's line: the one its message names ("The following call
+    raised this error"), else the last of the traceback outside torch. A condition on the values of
+    tensors gets what to do."""
     lines = [line for line in str(error).strip().splitlines() if line.strip()]
     text = lines[0] if lines else type(error).__name__
     for i, line in enumerate(lines):
         if line.strip().startswith("File ") and i + 1 < len(lines) and "torch/" not in line:
             text += f", at {line.strip()}: {lines[i + 1].strip()}"
             break
+    else:
+        frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(_NOT_THE_USERS)]
+        if frames:
+            text += f', at File "{frames[-1].filename}", line {frames[-1].lineno}: {frames[-1].line}'
+    if "data-dependent" in text:
+        text += ("; forward branches there on the values of its tensors, which one captured graph cannot follow: "
+                 "move that code out of forward (a loss that reads the labels: call the model without them and "
+                 "take the loss of its outputs)")
     return text
 
 
