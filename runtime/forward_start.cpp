@@ -4,7 +4,6 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
-#include <functional>
 #include <optional>
 #include <unordered_set>
 #include <utility>
@@ -29,18 +28,6 @@ struct OpenStart {
 
 thread_local std::unique_ptr<OpenStart> open_start;
 
-void forEachTensor(const c10::IValue& value, const std::function<void(const at::Tensor&)>& f) {
-  if (value.isTensor()) {
-    f(value.toTensor());
-  } else if (value.isList()) {
-    for (const c10::IValue& v : value.toListRef()) forEachTensor(v, f);
-  } else if (value.isTuple()) {
-    for (const c10::IValue& v : value.toTupleRef().elements()) forEachTensor(v, f);
-  } else if (value.isGenericDict()) {
-    for (const auto& entry : value.toGenericDict()) forEachTensor(entry.value(), f);
-  }
-}
-
 }  // namespace
 
 void beginForward(const std::vector<c10::IValue>& arguments) {
@@ -49,10 +36,13 @@ void beginForward(const std::vector<c10::IValue>& arguments) {
   auto open = std::make_unique<OpenStart>();
   std::optional<c10::Device> device;
   for (const c10::IValue& argument : arguments) {
-    forEachTensor(argument, [&](const at::Tensor& t) {
-      if (!t.defined() || !t.has_storage()) return;
+    argument.visit([&](const c10::IValue& inner) {  // lists, tuples, dicts too
+      if (!inner.isTensor()) return false;
+      const at::Tensor& t = inner.toTensor();
+      if (!t.defined() || !t.has_storage()) return false;
       if (!device || (device->is_cpu() && !t.device().is_cpu())) device = t.device();
       open->start.argument_storages.insert(t.storage().unsafeGetStorageImpl());
+      return false;
     });
   }
   open->start.device = device.value_or(c10::Device(c10::kCPU));
