@@ -15,6 +15,7 @@
 #include "passes/rewrite.h"
 #include "planner/profile.h"
 #include "planner/solve.h"
+#include "runtime/stage_autocast.h"
 
 namespace jitckpt {
 namespace {
@@ -150,9 +151,14 @@ torch::jit::Module checkpoint(const torch::jit::Module& module,
       partitionClone(module, partition_options, /*share_tensors=*/true, example_inputs);
   report("partitioned forward into " + std::to_string(cloned.partition.stages.size()) + " stages");
 
-  const PrologueRun prologue = runPrologue(cloned.module, cloned.partition, example_inputs);
-  const ChainArguments& arguments = prologue.arguments;
+  PrologueRun prologue = runPrologue(cloned.module, cloned.partition, example_inputs);
   auto stages = chainStagesOf(cloned.partition);
+  {
+    torch::AutoGradMode recording(true);  // as a training call casts them
+    prologue.arguments.lifted_tensors =
+        castSharedWeights(*stages, prologue.arguments.lifted_tensors);
+  }
+  const ChainArguments& arguments = prologue.arguments;
   SolveOptions solve_options{options.strategy, options.slots, options.segments, options.given};
   solve_options.epilogue_gradient_bytes = epilogueGradientBytes(cloned.module, cloned.partition);
   const int64_t outside_bytes = outsideGradientBytes(cloned.module, cloned.partition);

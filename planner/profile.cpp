@@ -23,6 +23,7 @@
 #include "runtime/probes/memory_probe.h"
 #include "runtime/probes/stopwatch.h"
 #include "runtime/rng_state.h"
+#include "runtime/stage_autocast.h"
 #include "solver/baselines.h"
 #include "solver/simulator.h"
 
@@ -267,10 +268,12 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
   c = solver::Costs{};
   c.uf = c.uf_nograd = c.ub = {0};
   // a^0: what the step holds from its start to its end; besides the chain's own arguments, the
-  // copies of written buffers the executor keeps for recomputations, and what the forward holds
-  // from before the chain (ProfileOptions::held_before_chain_bytes).
-  c.wa = {storageBytes(heldFromStart(runner.stages(), arguments)) + runner.keptValueBytes() +
-          options.held_before_chain_bytes};
+  // casts of weights the call made for its stages, the copies of written buffers the executor
+  // keeps for recomputations, and what the forward holds from before the chain
+  // (ProfileOptions::held_before_chain_bytes).
+  Tensors held = heldFromStart(runner.stages(), arguments);
+  for (const at::Tensor& cast : castWeights(runner.stages(), arguments)) held.push_back(cast);
+  c.wa = {storageBytes(held) + runner.keptValueBytes() + options.held_before_chain_bytes};
   c.wabar = c.wd = c.of = c.of_nograd = c.ob = {0};
   profile.labels = {"input"};
   Tensors current;
@@ -388,10 +391,16 @@ ChainProfile profileStages(std::shared_ptr<const ChainStages> stages,
 ChainProfile profileChain(const torch::jit::Module& module, const Partition& partition,
                           const std::vector<c10::IValue>& example_inputs,
                           const ProfileOptions& options) {
-  const PrologueRun prologue = runPrologue(module, partition, example_inputs);
+  PrologueRun prologue = runPrologue(module, partition, example_inputs);
   ProfileOptions with_prologue = options;
   with_prologue.held_before_chain_bytes = prologue.held_beyond_bytes;
-  return profileStages(chainStagesOf(partition), prologue.arguments, with_prologue);
+  auto stages = chainStagesOf(partition);
+  {
+    torch::AutoGradMode recording(true);  // as a training call casts them
+    prologue.arguments.lifted_tensors =
+        castSharedWeights(*stages, prologue.arguments.lifted_tensors);
+  }
+  return profileStages(std::move(stages), prologue.arguments, with_prologue);
 }
 
 }  // namespace jitckpt

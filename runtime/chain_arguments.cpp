@@ -60,6 +60,19 @@ Tensors heldFromStart(const ChainStages& stages, const ChainArguments& arguments
   return held;
 }
 
+Tensors castWeights(const ChainStages& stages, const ChainArguments& arguments) {
+  Tensors casts;
+  for (size_t k = 0; k < stages.lifted().size(); ++k) {
+    const size_t position = stages.position(k);
+    if (stages.lifted()[k].kind != LiftedKind::Parameter ||
+        position >= arguments.lifted_tensors.size())
+      continue;
+    const at::Tensor& t = arguments.lifted_tensors[position];
+    if (t.defined() && !t.is_leaf()) casts.push_back(t);
+  }
+  return casts;
+}
+
 InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments) {
   InputKey key;
   auto add = [&](const at::Tensor& t) {

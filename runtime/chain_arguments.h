@@ -38,6 +38,11 @@ InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments);
 // called with counts as the chain's input does.
 Tensors heldFromStart(const ChainStages& stages, const ChainArguments& arguments);
 
+// The casts of weights that the call made for its stages (a weight several stages read, cast once
+// under autocast: chain_op.cpp): its lifted parameters that are not leaves. A step holds them from
+// the chain's start to its end.
+Tensors castWeights(const ChainStages& stages, const ChainArguments& arguments);
+
 // The chain's device: that of its first input or lifted tensor on an accelerator, else the CPU's
 // when it holds a defined tensor (a flag carried as a CPU tensor beside CUDA activations does not
 // make a CUDA chain a CPU one); none when it holds no tensor.

@@ -18,6 +18,7 @@
 #include "runtime/executor.h"
 #include "runtime/forward_start.h"
 #include "runtime/replan.h"
+#include "runtime/stage_autocast.h"
 #include "solver/memory_limit.h"
 
 namespace jitckpt {
@@ -343,9 +344,10 @@ std::vector<at::Tensor> chainAutograd(at::TensorList inputs, at::TensorList lift
       c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
       return chainInference(inputs, lifted_tensors, lifted_scalars, plan);
     }
-    auto executor = executorFor(inputs, lifted_tensors, lifted_scalars, plan, start.get());
+    const std::vector<at::Tensor> lifted = castSharedWeights(plan->stages(), lifted_tensors);
+    auto executor = executorFor(inputs, lifted, lifted_scalars, plan, start.get());
     try {
-      return runTraining(inputs, lifted_tensors, executor);
+      return runTraining(inputs, lifted, executor);
     } catch (const StageGrew& grew) {
       // The call runs again from where it began, on a plan for its larger sizes; the new plan's
       // costs hold this call's outputs, so it does not grow again.
@@ -353,8 +355,8 @@ std::vector<at::Tensor> chainAutograd(at::TensorList inputs, at::TensorList lift
       executor->restoreRandomStateOfCallStart();
       const c10::intrusive_ptr<Plan> ran = executor->sharedPlan();
       executor.reset();
-      executor = executorFor(inputs, lifted_tensors, lifted_scalars, plan, start.get(), &grew, ran);
-      return runTraining(inputs, lifted_tensors, executor);
+      executor = executorFor(inputs, lifted, lifted_scalars, plan, start.get(), &grew, ran);
+      return runTraining(inputs, lifted, executor);
     }
   } catch (...) {  // out of memory, or any stage's error: the buffers go back to where they were
     rollback.restore();

@@ -100,11 +100,18 @@ std::shared_ptr<const ChainStages> stagesFromState(const Json& meta,
   const auto beyond_shapes = meta.value("lifted_beyond_shapes", std::vector<bool>(names.size()));
   TORCH_CHECK(beyond_shapes.size() == names.size(), "corrupt jitckpt plan: ", names.size(),
               " lifted names but ", beyond_shapes.size(), " marks of values beyond shapes");
+  // (saved before the mark existed: not known, so read after)
+  const auto read_after_chain =
+      meta.value("lifted_read_after_chain", std::vector<bool>(names.size(), true));
+  TORCH_CHECK(read_after_chain.size() == names.size(), "corrupt jitckpt plan: ", names.size(),
+              " lifted names but ", read_after_chain.size(),
+              " marks of values read after the chain");
   std::vector<LiftedSpec> lifted;
   for (size_t k = 0; k < names.size(); ++k) {
     TORCH_CHECK(kinds[k] >= 0 && kinds[k] <= static_cast<int>(LiftedKind::Side),
                 "corrupt jitckpt plan: unknown lifted kind ", kinds[k]);
-    lifted.push_back({names[k], static_cast<LiftedKind>(kinds[k]), beyond_shapes[k]});
+    lifted.push_back(
+        {names[k], static_cast<LiftedKind>(kinds[k]), beyond_shapes[k], read_after_chain[k]});
   }
   const auto& stage_meta = meta.at("stages");
   TORCH_CHECK(stage_meta.size() == texts.size(), "corrupt jitckpt plan: ", stage_meta.size(),
@@ -159,16 +166,18 @@ Plan::State Plan::getState() const {
   std::vector<std::string> names;
   std::vector<int> kinds;
   std::vector<size_t> positions;
-  std::vector<bool> beyond_shapes;
+  std::vector<bool> beyond_shapes, read_after_chain;
   for (size_t k = 0; k < stages_->lifted().size(); ++k) {
     names.push_back(stages_->lifted()[k].name);
     kinds.push_back(static_cast<int>(stages_->lifted()[k].kind));
     positions.push_back(stages_->position(k));
     beyond_shapes.push_back(stages_->lifted()[k].beyond_shapes);
+    read_after_chain.push_back(stages_->lifted()[k].read_after_chain);
   }
   meta["lifted_names"] = names;
   meta["lifted_kinds"] = kinds;
   meta["lifted_beyond_shapes"] = beyond_shapes;
+  meta["lifted_read_after_chain"] = read_after_chain;
   meta["lifted_position"] = positions;
   std::vector<std::string> texts;
   std::vector<at::Tensor> constants;

@@ -61,9 +61,19 @@ void castWeightsAsRecording(const ChainStages& stages, int l, const torch::jit::
                             size_t first_lifted, const AutocastState& call, c10::DeviceType device);
 
 // Warns, once per chain, where several stages cast the same weight (tensors compared by
-// `first_positions`, firstPositions of the lifted tensors): its gradient sums their parts in
-// float32 where the unmodified model sums them in the autocast dtype.
-void warnOfWeightsCastBySeveralStages(const ChainStages& stages,
+// `first_positions`, firstPositions of `arguments`' lifted tensors) that the call did not cast once
+// for them: its gradient sums their parts in float32 where the unmodified model sums them in the
+// autocast dtype.
+void warnOfWeightsCastBySeveralStages(const ChainStages& stages, const ChainArguments& arguments,
                                       const std::vector<size_t>& first_positions);
+
+// Under autocast the model casts a weight once per autocast region and sums the gradients of its
+// uses in the autocast dtype, before the cast's backward. A weight that several stages read only
+// through ops that autocast casts (ChainStages::castWhereverRead: ALBERT's shared layers) is cast
+// here once (recorded: call it under grad), for the caller to hand the cast to the stages in its
+// place, so that autograd sums their gradients as the model does; each stage casting for itself
+// would sum them in float32. Returns `lifted` with those casts in place, where autocast would cache
+// the cast: a float32 leaf that requires grad, autocast's cache on, lifted under one name.
+std::vector<at::Tensor> castSharedWeights(const ChainStages& stages, at::TensorList lifted);
 
 }  // namespace jitckpt

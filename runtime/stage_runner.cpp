@@ -103,7 +103,7 @@ StageRunner::StageRunner(std::shared_ptr<const ChainStages> stages, ChainArgumen
     }
   }
   if (buffer_writes_ == BufferWrites::FirstRunUpdates) keepEntryValues();
-  if (autocast_device_) warnOfWeightsCastBySeveralStages(*stages_, first_positions_);
+  if (autocast_device_) warnOfWeightsCastBySeveralStages(*stages_, arguments_, first_positions_);
 }
 
 c10::IValue StageRunner::liftedValue(int l, size_t j, bool recomputation) {

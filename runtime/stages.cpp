@@ -94,6 +94,14 @@ bool castsForAutocast(const torch::jit::Node* n) {
   return kinds.count(n->kind().toQualString()) > 0;
 }
 
+// Of those, the ones autocast casts on the CPU and on CUDA, on every supported PyTorch line.
+bool castsOnEveryDevice(const torch::jit::Node* n) {
+  static const std::unordered_set<std::string> kinds = {
+      "aten::linear", "aten::mm",     "aten::bmm",    "aten::addmm", "aten::baddbmm",
+      "aten::addbmm", "aten::conv1d", "aten::conv2d", "aten::conv3d"};
+  return kinds.count(n->kind().toQualString()) > 0;
+}
+
 // Whether chain output i is read by an op of a stage: followed back from stage L through the
 // stages that pass it on, to the one that makes it.
 bool readInside(const std::vector<StageSpec>& stages, size_t i) {
@@ -204,6 +212,17 @@ ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<Lifte
   for (const LiftedSpec& l : lifted_) {
     position_.push_back(l.kind == LiftedKind::Scalar ? scalars++ : num_tensors_++);
   }
+  // Per lifted value: the stages that read it, and whether each reads it only as an argument of
+  // ops that autocast casts on every device (castWhereverRead).
+  std::vector<int> reading_stages(lifted_.size(), 0);
+  std::vector<bool> only_cast(lifted_.size(), true);
+  auto noteReads = [&](size_t k, const torch::jit::use_list& uses) {
+    if (uses.empty()) return;
+    ++reading_stages[k];
+    only_cast[k] = only_cast[k] && std::all_of(uses.begin(), uses.end(), [](const auto& use) {
+                     return castsOnEveryDevice(use.user);
+                   });
+  };
   for (size_t s = 0; s < stages.size(); ++s) {
     StageSpec stage = stages[s];
     TORCH_CHECK(stage.graph, "jitckpt: stage ", s + 1, " has no graph");
@@ -242,6 +261,7 @@ ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<Lifte
                (use.user->kind() == c10::prim::ListConstruct && listMayBeCast(use.user));
       });
       if (casts) cast.push_back(j);
+      noteReads(stage.lifted[j], uses);
     }
     cast_lifted_.push_back(std::move(cast));
     random_.push_back(containsNode(stage.graph->block(), drawsRandomNumbers));
@@ -256,6 +276,10 @@ ChainStages::ChainStages(const std::vector<StageSpec>& stages, std::vector<Lifte
          multipliesByAComputedWeight(*stage.graph, stage.num_activation_inputs, may_require_grad)));
     stages_.push_back(std::move(stage));
   }
+  for (size_t k = 0; k < lifted_.size(); ++k)
+    cast_wherever_read_.push_back(lifted_[k].kind == LiftedKind::Parameter &&
+                                  !lifted_[k].read_after_chain && reading_stages[k] >= 2 &&
+                                  only_cast[k]);
   sized_by_data_ = findStagesSizedByData(stages_, lifted_, &steered_by_data_);
   const auto& outputs = stages_.back().graph->outputs();
   for (size_t i = 0; i < outputs.size(); ++i)

@@ -49,6 +49,10 @@ struct LiftedSpec {
   // forward, a number read from a tensor before the chain): where a stage reads it, the data may
   // set sizes (findStagesSizedByData). Side tensors are the data's in any case.
   bool beyond_shapes = false;
+  // Whether the forward may read it after the chain too (true where that is not known: a plan
+  // loaded from a file). A weight cast there again is not cast once for the chain
+  // (castWhereverRead).
+  bool read_after_chain = true;
 };
 
 struct StageSpec {
@@ -112,6 +116,10 @@ class ChainStages {
   // Linear's or a convolution's weight; an RNN's, through the list it reads them from): under
   // autocast each stage casts its own copy of them.
   const std::vector<size_t>& castLifted(int l) const { return cast_lifted_.at(l - 1); }
+  // Whether lifted value k is a parameter that several stages read, each only as an argument of
+  // ops that autocast casts (ALBERT's shared layers), and that the forward does not read after
+  // the chain: it may be cast once for the whole chain (castSharedWeights).
+  bool castWhereverRead(size_t k) const { return cast_wherever_read_.at(k); }
   // True at the first call only: the warning about such weights is given once per chain.
   bool firstCastWarning() const { return !cast_warned_.exchange(true); }
   // Whether stage l's B copied a parameter's gradient to lay it out as the parameter (its
@@ -148,6 +156,7 @@ class ChainStages {
   mutable std::map<std::vector<bool>, std::shared_ptr<const InputFlags>> inputs_never_;
   std::vector<std::vector<bool>> reads_value_;
   std::vector<std::vector<size_t>> cast_lifted_;
+  std::vector<bool> cast_wherever_read_;
   mutable std::atomic<bool> cast_warned_{false};
   mutable std::vector<std::atomic<bool>> copies_gradients_;
   std::vector<LiftedSpec> lifted_;

@@ -158,9 +158,15 @@ PartitionedClone partitionClone(const torch::jit::Module& module, const Partitio
 }
 
 std::shared_ptr<const ChainStages> chainStagesOf(const Partition& partition) {
+  // (a partition already rewritten has no region left to look after)
+  const std::vector<std::string> after =
+      partition.last_node ? epilogueAttributePaths(partition) : std::vector<std::string>{};
   std::vector<LiftedSpec> lifted;
-  for (const LiftedInput& l : partition.lifted)
-    lifted.push_back({l.name, l.kind, variesBeyondShapes(l.value)});
+  for (const LiftedInput& l : partition.lifted) {
+    const bool read_after =
+        !partition.last_node || std::find(after.begin(), after.end(), l.name) != after.end();
+    lifted.push_back({l.name, l.kind, variesBeyondShapes(l.value), read_after});
+  }
   std::vector<StageSpec> stages;
   for (const Stage& s : partition.stages) {
     stages.push_back({s.graph, s.num_activation_inputs, s.lifted, s.mutated_lifted,

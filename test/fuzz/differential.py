@@ -5,8 +5,8 @@ random valid schedule), on the CPU or, with DEVICE, CUDA; trains both for two Ad
 micro-batches with gradient clipping; returns an Outcome: "exact" (outputs, every .grad, parameter
 and buffer bit for bit, and the measured step peak within the limit), "fail" (with what differed),
 or why the model was not compared ("nondeterministic", "unsupported", "refused"), or "shared-cast"
-(under autocast, a weight that several stages cast: last bits differ by design,
-docs/supported.md)."""
+(under autocast, a weight that several stages cast each for itself, or that the forward casts
+after the chain again: last bits differ by design, docs/supported.md)."""
 import contextlib
 import copy
 import os

@@ -114,12 +114,14 @@ def _models() -> Dict[str, Tuple[Callable[[], torch.nn.Module], Callable[..., Di
         # Also without SpecAugment and LayerDrop. Its pooling and positions are summed through
         # `x[..., :n]` with n the size, and every layer reads one LayerNorm of its relative positions
         # (no dropout between at hidden_dropout 0), made before the chain, which holds its statistics
-        # through the step. Attention keys of their own for the positions: shared, each layer's are
-        # cast by two stages under autocast (docs/supported.md).
+        # through the step, and projects them with its attention's own query and key weights.
         "sew_d": (lambda: t.SEWDForSequenceClassification(t.SEWDConfig(**SPEECH, squeeze_factor=2, mask_time_prob=0.0,
-                                                                       layerdrop=0.0, hidden_dropout=0.0,
-                                                                       share_att_key=False)),
+                                                                       layerdrop=0.0, hidden_dropout=0.0)),
                   waveform_batch, "classes"),
+        # One layer's weights, shared by all: under autocast the model casts each once.
+        "albert": (lambda: t.AlbertForSequenceClassification(t.AlbertConfig(vocab_size=VOCAB, embedding_size=32,
+                                                                            hidden_size=64, num_labels=3, **small)),
+                   text_batch, "classes"),
         # Its loss branches on how many rows have a label: taken outside (test_deberta_v2_...).
         "deberta_v2": (lambda: t.DebertaV2ForSequenceClassification(t.DebertaV2Config(
             vocab_size=VOCAB, hidden_size=64, num_labels=3, relative_attention=True, pos_att_type=["p2c", "c2p"],
@@ -133,7 +135,7 @@ def _models() -> Dict[str, Tuple[Callable[[], torch.nn.Module], Callable[..., Di
 
 
 MODELS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "recurrent_gemma", "phimoe", "wav2vec2", "sew_d", "bert",
-          "vit"]
+          "albert", "vit"]
 DECODERS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "recurrent_gemma", "phimoe"]  # their configs say use_cache=True
 
 

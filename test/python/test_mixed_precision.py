@@ -182,13 +182,42 @@ class SharedWeight(nn.Module):
         return self.shared(x)
 
 
-def test_a_weight_several_stages_cast_is_named_and_gets_its_gradient():
-    """The unmodified model casts the shared weight once and sums its two gradients in bfloat16;
-    each stage casts it for itself, so the sum is float32's: a warning names it, every other
-    gradient is bit for bit, and its own is the same to bfloat16's precision."""
+def test_a_weight_several_stages_cast_is_cast_once_as_the_model_casts_it():
+    """The unmodified model casts the shared weight once and sums its two gradients in bfloat16:
+    the chain casts it once before its stages too, so every gradient is bit for bit, with no
+    warning, and the step peak holds the cast within the limit."""
     torch.manual_seed(0)
     inputs = (torch.randn(4, 32),)
     eager = SharedWeight()
+    reference = train(torch.jit.script(copy.deepcopy(eager)), inputs, light_loss)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with autocast():
+            model = jitckpt.checkpoint(torch.jit.script(eager), inputs, memory_limit="min", profile_repeats=1)
+        ours = train(model, inputs, light_loss)
+    assert not [w for w in caught if "both cast" in str(w.message)], [str(w.message) for w in caught]
+    assert_same_training("a weight at both ends", reference, ours)
+
+
+class SharedWeightReadOtherwise(SharedWeight):
+    """The shared Linear's weight is also read, beside an activation, by an op autocast leaves in
+    float32."""
+
+    def forward(self, x):
+        x = torch.tanh(self.shared(x)) * self.shared.weight
+        for layer in self.middle:
+            x = torch.tanh(layer(x))
+        return self.shared(x)
+
+
+def test_a_weight_several_stages_cast_and_read_otherwise_is_named_and_gets_its_gradient():
+    """Cast once, the weight would reach the float32 read in bfloat16: each stage casts it for
+    itself, so its two gradients are summed in float32 where the model sums them in bfloat16. A
+    warning names it, every other gradient is bit for bit, and its own is the same to bfloat16's
+    precision (of its largest element: the float32 read's part may cancel the others)."""
+    torch.manual_seed(0)
+    inputs = (torch.randn(32, 32),)
+    eager = SharedWeightReadOtherwise()
     reference = train(torch.jit.script(copy.deepcopy(eager)), inputs, light_loss)
     with autocast():
         with pytest.warns(UserWarning, match="both cast 'shared[.]"):
@@ -197,7 +226,7 @@ def test_a_weight_several_stages_cast_is_named_and_gets_its_gradient():
     for (_, grads_a, _), (_, grads_b, _) in zip(reference, ours):
         for name, a in grads_a.items():
             if name.startswith("shared."):
-                assert torch.allclose(a, grads_b[name], rtol=2 ** -7, atol=1e-6), name
+                assert (a - grads_b[name]).abs().max() <= 2 ** -7 * a.abs().max(), name
             else:
                 assert torch.equal(a, grads_b[name]), name
 
