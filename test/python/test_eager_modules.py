@@ -276,6 +276,75 @@ def test_a_mask_made_from_a_tensor_literal_needs_no_grad_across_cuts():
     assert jitckpt.plan(module)["num_stages"] >= 4
 
 
+class VmapMaskAttention(AdditiveMaskAttention):
+    """A boolean mask built with torch.vmap over the batch from which tokens each row keeps, as
+    Hugging Face builds Falcon's: export records vmap's markers around the function's ops."""
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        def causal_and_kept(row: torch.Tensor) -> torch.Tensor:
+            position = torch.arange(row.shape[0])
+            return (position[:, None] >= position[None, :]) & row[None, :]
+
+        mask = torch.vmap(causal_and_kept)(keep)[:, None]
+        for qkv, out in zip(self.qkv, self.out):
+            q, k, v = qkv(x).view(x.shape[0], x.shape[1], 3, 2, 8).permute(2, 0, 3, 1, 4)
+            attended = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            x = x + out(attended.transpose(1, 2).reshape(x.shape))
+        return x
+
+
+def export_captures_vmap() -> bool:
+    """Whether torch.export captures a vmap over a boolean row (2.6's raises an NYI error)."""
+    class Rows(torch.nn.Module):
+        def forward(self, keep: torch.Tensor) -> torch.Tensor:
+            return torch.vmap(lambda row: row[:, None] & row[None, :])(keep)
+    try:
+        torch.export.export(Rows(), (torch.ones(2, 3, dtype=torch.bool),), strict=False)
+        return True
+    except Exception:
+        return False
+
+
+needs_vmap_export = pytest.mark.skipif(not capture.available() or not export_captures_vmap(),
+                                       reason="this PyTorch's torch.export cannot capture torch.vmap")
+
+
+@needs_vmap_export
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bfloat16"])
+def test_a_mask_built_with_vmap_runs_as_its_aten_ops(autocast):
+    """vmap's region is traced to the ATen ops its batching runs, at each length the batches have."""
+    def loss(module: torch.nn.Module) -> torch.Tensor:
+        total = torch.zeros(())
+        for length in (24, 16):
+            x = torch.randn(4, length, 16, generator=torch.Generator().manual_seed(length))
+            keep = torch.arange(length)[None, :] < torch.tensor([[length], [length - 4], [12], [9]])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                total = total + module(x, keep).float().pow(2).sum()
+        return total
+
+    module = same_gradients_as_the_model(VmapMaskAttention, loss)
+    assert jitckpt.plan(module)["num_stages"] >= 4
+
+
+class VmapOverActivations(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.vmap(lambda row: torch.tanh(layer(row)))(x)
+        return x
+
+
+@needs_vmap_export
+def test_vmap_over_what_may_require_grad_is_refused_saying_what_to_do():
+    model = jitckpt.checkpoint(VmapOverActivations(), memory_limit="min", front_end="export")
+    with pytest.raises(capture.CaptureError, match=r"torch.vmap on a tensor that may require grad .*"
+                                                   r"test_eager_modules.py.*apply the function to the batch"):
+        model(torch.randn(4, 8))
+
+
 class NumberFirst(torch.nn.Module):
     """torch.add with a number first, as Phimoe's router writes it: export records the number
     where the schema takes a tensor."""

@@ -126,6 +126,9 @@ def _models() -> Dict[str, Tuple[Callable[[], torch.nn.Module], Callable[..., Di
         "deberta_v2": (lambda: t.DebertaV2ForSequenceClassification(t.DebertaV2Config(
             vocab_size=VOCAB, hidden_size=64, num_labels=3, relative_attention=True, pos_att_type=["p2c", "c2p"],
             max_relative_positions=32, position_buckets=16, **small)), text_batch, "classes"),
+        # Its attention mask is built with torch.vmap.
+        "falcon": (lambda: t.FalconForCausalLM(t.FalconConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=4,
+                                                              num_attention_heads=4)), text_batch, "tokens"),
         # Attention and MLP side by side on one normalized input, rotary positions on part of each head.
         "gpt_neox": (lambda: t.GPTNeoXForCausalLM(t.GPTNeoXConfig(vocab_size=VOCAB, hidden_size=64, **small)),
                      text_batch, "tokens"),
@@ -150,10 +153,10 @@ def _models() -> Dict[str, Tuple[Callable[[], torch.nn.Module], Callable[..., Di
     }
 
 
-MODELS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "recurrent_gemma", "phimoe", "gpt_neox", "mistral", "bart",
-          "wav2vec2", "sew_d", "bert", "albert", "distilbert", "vit", "convnext"]
-DECODERS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "recurrent_gemma", "phimoe", "gpt_neox", "mistral",
-            "bart"]  # their configs say use_cache=True
+MODELS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "recurrent_gemma", "phimoe", "falcon", "gpt_neox", "mistral",
+          "bart", "wav2vec2", "sew_d", "bert", "albert", "distilbert", "vit", "convnext"]
+DECODERS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "recurrent_gemma", "phimoe", "falcon", "gpt_neox",
+            "mistral", "bart"]  # their configs say use_cache=True
 
 
 # A transformer's block is cut between its attention and its MLP; a cut inside a ConvNeXt block would

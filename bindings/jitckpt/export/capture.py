@@ -25,6 +25,7 @@ from .aten_graph import CaptureError, ambient_autocast, build
 from .autograd_functions import functions_as_operators
 from .host_random import host_draws, refusal
 from .layer_drop import layer_drop_decided, layer_drops_above_zero
+from .vmap import lower_vmap
 
 
 def available() -> bool:
@@ -216,6 +217,7 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
                 program = _export(module, args, kwargs, dynamic)
             if drawn:
                 break
+            lower_vmap(program)
             scripted, passed, inlined_autocast_block = build(program, module, type(module).__name__)
             break
         except CaptureError as error:
