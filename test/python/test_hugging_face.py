@@ -142,6 +142,11 @@ def _models() -> Dict[str, Tuple[Callable[[], torch.nn.Module], Callable[..., Di
             text_batch, "targets"),
         "distilbert": (lambda: t.DistilBertForSequenceClassification(t.DistilBertConfig(
             vocab_size=VOCAB, dim=64, n_layers=4, n_heads=4, hidden_dim=128, num_labels=3)), text_batch, "classes"),
+        # A relative position bias of each layer's own, added to a mask the library builds only when
+        # traced (unless no padding mask is passed: taken as the eager run takes it).
+        "beit": (lambda: t.BeitForImageClassification(t.BeitConfig(image_size=64, patch_size=8, hidden_size=64,
+                                                                   num_labels=3, use_relative_position_bias=True,
+                                                                   **small)), image_batch, "classes"),
         # Depthwise convolutions, LayerNorm over channels last, a learned scale per block.
         "convnext": (lambda: t.ConvNextForImageClassification(t.ConvNextConfig(
             image_size=64, num_stages=2, hidden_sizes=[16, 32], depths=[2, 2], num_labels=3)), image_batch, "classes"),
@@ -154,7 +159,7 @@ def _models() -> Dict[str, Tuple[Callable[[], torch.nn.Module], Callable[..., Di
 
 
 MODELS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "recurrent_gemma", "phimoe", "falcon", "gpt_neox", "mistral",
-          "bart", "wav2vec2", "sew_d", "bert", "albert", "distilbert", "vit", "convnext"]
+          "bart", "wav2vec2", "sew_d", "bert", "albert", "distilbert", "vit", "beit", "convnext"]
 DECODERS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "recurrent_gemma", "phimoe", "falcon", "gpt_neox",
             "mistral", "bart"]  # their configs say use_cache=True
 

@@ -24,6 +24,7 @@ import torch.utils._pytree as pytree
 from .aten_graph import CaptureError, ambient_autocast, build
 from .autograd_functions import functions_as_operators
 from .host_random import host_draws, refusal
+from .hugging_face import eager_mask_decisions
 from .layer_drop import layer_drop_decided, layer_drops_above_zero
 from .vmap import lower_vmap
 
@@ -213,7 +214,7 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
     sizes. A failure of the second try is the one reported."""
     for dynamic in (True, False):
         try:
-            with layer_drop_decided(module), functions_as_operators(), host_draws() as drawn:
+            with layer_drop_decided(module), functions_as_operators(), eager_mask_decisions(), host_draws() as drawn:
                 program = _export(module, args, kwargs, dynamic)
             if drawn:
                 break

@@ -1,16 +1,24 @@
 """Hugging Face models in training: their key-value cache off, as their own gradient checkpointing
-turns it off.
+turns it off, and their attention masks decided at capture as their eager run decides them.
 
-Takes a module and one training call's arguments; returns the arguments with use_cache=False where
-the module is a transformers PreTrainedModel whose forward would return a cache (use_cache passed
-as true, or left to a config that says true, as decoders' configs do). torch.export cannot return
-a Cache, and a cache returned from training would hold every layer's keys and values until the
-caller drops the output, which is what checkpointing exists to free. Other modules and calls are
-returned as they are.
+without_cache takes a module and one training call's arguments; returns the arguments with
+use_cache=False where the module is a transformers PreTrainedModel whose forward would return a
+cache (use_cache passed as true, or left to a config that says true, as decoders' configs do).
+torch.export cannot return a Cache, and a cache returned from training would hold every layer's keys
+and values until the caller drops the output, which is what checkpointing exists to free. Other
+modules and calls are returned as they are.
+
+eager_mask_decisions: while tracing, the library builds an attention mask even where the call
+passes none (`masking_utils`, which skips the mask in eager runs only, so as not to branch on a
+padding mask's values); a relative position bias added to that mask then reaches attention batched
+and takes other kernels than the eager model's (BEiT). Without a padding mask that decision reads
+no data, so during a capture it is taken as the eager run takes it.
 """
+import contextlib
 import inspect
+import sys
 import warnings
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Iterator, Tuple
 
 
 def _is_pretrained_model(module: Any) -> bool:
@@ -40,3 +48,21 @@ def without_cache(module: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) ->
         "model.config.use_cache = False, to say so yourself", stacklevel=2)
     bound.arguments["use_cache"] = False
     return bound.args, bound.kwargs
+
+
+@contextlib.contextmanager
+def eager_mask_decisions() -> Iterator[None]:
+    masking = sys.modules.get("transformers.masking_utils")
+    traced = getattr(masking, "is_tracing", None)
+    if traced is None:
+        yield
+        return
+
+    def is_tracing(tensor: Any = None) -> bool:
+        return False if tensor is None else traced(tensor)
+
+    masking.is_tracing = is_tracing
+    try:
+        yield
+    finally:
+        masking.is_tracing = traced
