@@ -147,9 +147,22 @@ def _models() -> Dict[str, Tuple[Callable[[], torch.nn.Module], Callable[..., Di
         "beit": (lambda: t.BeitForImageClassification(t.BeitConfig(image_size=64, patch_size=8, hidden_size=64,
                                                                    num_labels=3, use_relative_position_bias=True,
                                                                    **small)), image_batch, "classes"),
+        # Its mask token, for masked image modeling, gets no gradient here.
+        "dinov2": (lambda: t.Dinov2ForImageClassification(t.Dinov2Config(image_size=64, patch_size=8, hidden_size=64,
+                                                                         num_labels=3, num_hidden_layers=4,
+                                                                         num_attention_heads=4)),
+                   image_batch, "classes"),
         # Depthwise convolutions, LayerNorm over channels last, a learned scale per block.
         "convnext": (lambda: t.ConvNextForImageClassification(t.ConvNextConfig(
             image_size=64, num_stages=2, hidden_sizes=[16, 32], depths=[2, 2], num_labels=3)), image_batch, "classes"),
+        # Pools the sequence between its blocks; export bounds a size it makes from data below by -oo.
+        "funnel": (lambda: t.FunnelForSequenceClassification(t.FunnelConfig(
+            vocab_size=VOCAB, d_model=64, n_head=4, d_head=16, d_inner=128, block_sizes=[1, 1], num_labels=3)),
+            text_batch, "classes"),
+        # Relative attention with its positions' own biases.
+        "xlnet": (lambda: t.XLNetForSequenceClassification(t.XLNetConfig(vocab_size=VOCAB, d_model=64, n_layer=4, n_head=4,
+                                                                          d_inner=128, num_labels=3)),
+                  text_batch, "classes"),
         "bert": (lambda: t.BertForSequenceClassification(t.BertConfig(vocab_size=VOCAB, hidden_size=64, num_labels=3, **small)),
                  text_batch, "classes"),
         "vit": (lambda: t.ViTForImageClassification(t.ViTConfig(image_size=64, patch_size=8, hidden_size=64, num_labels=3,
@@ -159,7 +172,8 @@ def _models() -> Dict[str, Tuple[Callable[[], torch.nn.Module], Callable[..., Di
 
 
 MODELS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "recurrent_gemma", "phimoe", "falcon", "gpt_neox", "mistral",
-          "bart", "wav2vec2", "sew_d", "bert", "albert", "distilbert", "vit", "beit", "convnext"]
+          "bart", "wav2vec2", "sew_d", "funnel", "xlnet", "bert", "albert", "distilbert", "vit", "beit", "dinov2",
+          "convnext"]
 DECODERS = ["gpt2", "llama", "t5", "opt", "whisper", "bloom", "recurrent_gemma", "phimoe", "falcon", "gpt_neox",
             "mistral", "bart"]  # their configs say use_cache=True
 
@@ -204,7 +218,7 @@ def adamw_steps(model: torch.nn.Module, inputs: List[Dict[str, torch.Tensor]], a
         record.append(loss.detach().clone())
         if i % 2 == 1:
             torch.nn.utils.clip_grad_norm_(parameters, 0.5)
-            record += [p.grad.clone() for p in parameters]
+            record += [torch.zeros(0) if p.grad is None else p.grad.clone() for p in parameters]  # (unused: none)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             record += [p.detach().clone() for p in parameters]

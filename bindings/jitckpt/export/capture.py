@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import inspect
 import logging
+import math
 import os
 import re
 import sys
@@ -42,7 +43,7 @@ class Capture:
     leaves: List[Any]  # per flat leaf: None for a tensor, else its value (must match)
     passed: List[int]  # the flat leaves forward takes, in order
     sizes: List[Tuple[Any, ...]]  # per tensor leaf: each dimension an int or a sympy expression
-    ranges: Dict[Any, Tuple[int, float]]  # per symbol: inclusive bounds export proved
+    ranges: Dict[Any, Tuple[float, float]]  # per symbol: inclusive bounds export proved
     tensor_types: List[Tuple[torch.dtype, torch.device]]  # per tensor leaf
     training: Tuple[bool, ...]  # every submodule's flag
     out_spec: Any  # the pytree spec of forward's result
@@ -238,7 +239,8 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
     users = [v for v, s in zip(values, program.graph_signature.input_specs) if s.kind.name == "USER_INPUT"]
     sizes = [tuple(d if isinstance(d, int) else d.node.expr for d in v.shape)
              for v in users if isinstance(v, torch.Tensor)]
-    ranges = {symbol: (int(r.lower), _bound(r.upper)) for symbol, r in program.range_constraints.items()}
+    ranges = {symbol: (_bound(r.lower, -math.inf), _bound(r.upper, math.inf))
+              for symbol, r in program.range_constraints.items()}
     return Capture(
         scripted=scripted, in_spec=spec, leaves=[None if isinstance(x, torch.Tensor) else x for x in flat],
         passed=passed, sizes=sizes, ranges=ranges, tensor_types=[(t.dtype, t.device) for t in tensors],
@@ -256,5 +258,7 @@ def arguments(capture_: Capture, flat: List[Any]) -> List[Any]:
     return [flat[i] for i in capture_.passed]
 
 
-def _bound(value: Any) -> float:
-    return int(value) if getattr(value, "is_finite", True) and getattr(value, "is_Integer", True) else float("inf")
+def _bound(value: Any, unbounded: float) -> float:
+    """A range's end as a number; `unbounded` where it is infinite (an unbacked symbol's, from a
+    size the data sets, may be below zero as well)."""
+    return int(value) if getattr(value, "is_finite", True) and getattr(value, "is_Integer", True) else unbounded
