@@ -272,6 +272,25 @@ def test_deberta_v2_with_labels_says_to_take_the_loss_outside():
         model(**batches("deberta_v2")[0])
 
 
+def mamba(**changes: Any) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return transformers.MambaForCausalLM(transformers.MambaConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, state_size=8, use_cache=False, **changes)).train()
+
+
+def test_mamba_scans_as_its_eager_run_where_its_config_lets_it():
+    """Traced, Mamba scans with torch's associative_scan (through vmap, over what requires grad),
+    where its eager run loops: refused, saying what to set; set, it trains bit for bit."""
+    inputs = batches("gpt2")
+    with pytest.raises(capture.CaptureError, match="set it to False to scan as its eager run does"):
+        adamw_steps(jitckpt.checkpoint(mamba(), memory_limit="min"), inputs[:1], True)
+    reference = adamw_steps(mamba(use_associative_scan=False), inputs, True)
+    assert_same(reference, adamw_steps(mamba(use_associative_scan=False), inputs, True), "mamba, twice")
+    model = jitckpt.checkpoint(mamba(use_associative_scan=False), memory_limit="min")
+    assert_same(reference, adamw_steps(model, inputs, True), "mamba through jitckpt")
+    assert jitckpt.plan(model)["num_stages"] >= 4
+
+
 def test_wav2vec2s_spec_augment_drawn_with_numpy_is_refused_saying_what_to_set():
     torch.manual_seed(0)
     model = jitckpt.checkpoint(transformers.Wav2Vec2ForSequenceClassification(wav2vec2_config(layerdrop=0.0)),

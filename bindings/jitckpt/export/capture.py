@@ -25,7 +25,7 @@ import torch.utils._pytree as pytree
 from .aten_graph import CaptureError, ambient_autocast, build
 from .autograd_functions import functions_as_operators
 from .host_random import host_draws, refusal
-from .hugging_face import eager_mask_decisions
+from .hugging_face import eager_mask_decisions, scan_advice
 from .layer_drop import layer_drop_decided, layer_drops_above_zero
 from .vmap import lower_vmap
 
@@ -219,7 +219,10 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
                 program = _export(module, args, kwargs, dynamic)
             if drawn:
                 break
-            lower_vmap(program)
+            try:
+                lower_vmap(program)
+            except CaptureError as error:
+                raise CaptureError(f"{error}{scan_advice(module)}") from error
             scripted, passed, inlined_autocast_block = build(program, module, type(module).__name__)
             break
         except CaptureError as error:

@@ -66,3 +66,12 @@ def eager_mask_decisions() -> Iterator[None]:
         yield
     finally:
         masking.is_tracing = traced
+
+
+def scan_advice(module: Any) -> str:
+    """What to do where a capture met a vmap over what requires grad in a model whose config scans
+    with torch's associative_scan (which runs one) only when traced: Mamba's."""
+    if getattr(getattr(module, "config", None), "use_associative_scan", False):
+        return ("; the model's config says use_associative_scan=True, with which it scans through vmap only when "
+                "traced: set it to False to scan as its eager run does")
+    return ""
