@@ -2,6 +2,7 @@
 #include "planner/checkpoint.h"
 
 #include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
 
 #include <cstdio>
 #include <functional>
@@ -154,7 +155,7 @@ torch::jit::Module checkpoint(const torch::jit::Module& module,
   PrologueRun prologue = runPrologue(cloned.module, cloned.partition, example_inputs);
   auto stages = chainStagesOf(cloned.partition);
   {
-    torch::AutoGradMode recording(true);  // as a training call casts them
+    c10::AutoGradMode recording(true);  // as a training call casts them
     prologue.arguments.lifted_tensors =
         castSharedWeights(*stages, prologue.arguments.lifted_tensors);
   }

@@ -3,6 +3,7 @@
 #include "planner/profile.h"
 
 #include <ATen/Functions.h>
+#include <c10/core/GradMode.h>
 
 #include <algorithm>
 #include <chrono>
@@ -396,7 +397,7 @@ ChainProfile profileChain(const torch::jit::Module& module, const Partition& par
   with_prologue.held_before_chain_bytes = prologue.held_beyond_bytes;
   auto stages = chainStagesOf(partition);
   {
-    torch::AutoGradMode recording(true);  // as a training call casts them
+    c10::AutoGradMode recording(true);  // as a training call casts them
     prologue.arguments.lifted_tensors =
         castSharedWeights(*stages, prologue.arguments.lifted_tensors);
   }
