@@ -8,7 +8,7 @@ fake tensors, to the ATen ops its batching rules run, and those take its place: 
 as the model computes it. A region that reads what may require grad, or that runs on dynamic sizes,
 raises CaptureError (capture then tries the call's own sizes).
 """
-from typing import Any, List, Set
+from typing import Any, List, Optional, Set
 
 import torch
 import torch.fx
@@ -16,7 +16,6 @@ import torch.fx
 from .aten_graph import CaptureError, _user_line
 
 _START, _END = "_vmap_increment_nesting", "_vmap_decrement_nesting"
-_MARKERS = {_START, _END, "_add_batch_dim", "_remove_batch_dim", "lazy_load_decompositions"}
 
 
 def lower_vmap(program: Any) -> None:
@@ -43,7 +42,7 @@ def _marker(node: torch.fx.Node) -> str:
     return ""
 
 
-def _first_region(graph: torch.fx.Graph) -> List[torch.fx.Node]:
+def _first_region(graph: torch.fx.Graph) -> Optional[List[torch.fx.Node]]:
     """The nodes from the first vmap's start to the end of that vmap (nested ones inside), or None."""
     region: List[torch.fx.Node] = []
     depth = 0
