@@ -79,7 +79,8 @@ run_python -m pytest -q -p no:cacheprovider --capture=sys test/python/test_check
   test/python/test_layout_exactness.py test/python/test_faults.py \
   test/python/test_autograd_contracts.py \
   test/python/test_mixed_precision.py::test_casts_do_not_pile_up_over_the_forward \
-  test/python/test_mixed_precision.py::test_a_weight_several_stages_cast_is_named_and_gets_its_gradient \
+  test/python/test_mixed_precision.py::test_a_weight_several_stages_cast_is_cast_once_as_the_model_casts_it \
+  test/python/test_mixed_precision.py::test_a_weight_several_stages_cast_and_read_otherwise_is_named_and_gets_its_gradient \
   "test/python/test_sizes_from_data.py::test_larger_data_plans_again_and_trains_bit_for_bit_within_the_limit[example_inputs-min]" \
   test/python/test_sizes_from_data.py::test_a_byte_limit_too_small_for_the_larger_data_runs_them_at_their_smallest \
   "$@"
