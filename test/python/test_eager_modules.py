@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import jitckpt
-from jitckpt.export import capture
+from jitckpt.export import capture, vmap
 
 import families
 import hf_style
@@ -293,20 +293,8 @@ class VmapMaskAttention(AdditiveMaskAttention):
         return x
 
 
-def export_captures_vmap() -> bool:
-    """Whether torch.export captures a vmap over a boolean row (2.6's raises an NYI error)."""
-    class Rows(torch.nn.Module):
-        def forward(self, keep: torch.Tensor) -> torch.Tensor:
-            return torch.vmap(lambda row: row[:, None] & row[None, :])(keep)
-    try:
-        torch.export.export(Rows(), (torch.ones(2, 3, dtype=torch.bool),), strict=False)
-        return True
-    except Exception:
-        return False
-
-
-needs_vmap_export = pytest.mark.skipif(not capture.available() or not export_captures_vmap(),
-                                       reason="this PyTorch's torch.export cannot capture torch.vmap")
+needs_vmap_export = pytest.mark.skipif(not capture.available() or not vmap.LOWERS_VMAP,
+                                       reason="jitckpt runs torch.vmap from PyTorch 2.14 on")
 
 
 @needs_vmap_export
@@ -324,6 +312,16 @@ def test_a_mask_built_with_vmap_runs_as_its_aten_ops(autocast):
 
     module = same_gradients_as_the_model(VmapMaskAttention, loss)
     assert jitckpt.plan(module)["num_stages"] >= 4
+
+
+@pytest.mark.skipif(not capture.available() or vmap.LOWERS_VMAP, reason="refused before PyTorch 2.14 only")
+def test_a_vmap_before_2_14_is_refused_not_run():
+    """2.6's export captures a vmap now and then: refused whether it does or not, never planned."""
+    x, keep = torch.randn(4, 16, 16), torch.arange(16)[None, :] < torch.tensor([[16], [12], [9], [5]])
+    model = jitckpt.checkpoint(VmapMaskAttention(), memory_limit="min", front_end="export")
+    for _ in range(3):
+        with pytest.raises(capture.CaptureError, match="vmap"):
+            model(x, keep)
 
 
 class VmapOverActivations(torch.nn.Module):

@@ -16,13 +16,20 @@ import torch.fx
 from .aten_graph import CaptureError, _user_line
 
 _START, _END = "_vmap_increment_nesting", "_vmap_decrement_nesting"
+# Tested on 2.14; 2.6's export captures a vmap only now and then (an NYI error otherwise), and what
+# it captures has crashed the planner: lines before 2.14 refuse it.
+LOWERS_VMAP = torch.torch_version.TorchVersion(torch.__version__) >= "2.14"
 
 
 def lower_vmap(program: Any) -> None:
     """Replaces each outermost vmap region of `program`'s graph by its ATen ops, in place."""
     graph = program.graph_module.graph
-    if not any(_marker(node) for node in graph.nodes):
+    markers = [node for node in graph.nodes if _marker(node)]
+    if not markers:
         return
+    if not LOWERS_VMAP:
+        raise CaptureError(f"jitckpt runs a torch.vmap in forward from PyTorch 2.14 on ({_where(markers)}); "
+                           f"this is {torch.__version__}")
     without_grad = _inputs_without_grad(program)
     while True:
         region = _first_region(graph)
