@@ -314,16 +314,6 @@ def test_a_mask_built_with_vmap_runs_as_its_aten_ops(autocast):
     assert jitckpt.plan(module)["num_stages"] >= 4
 
 
-@pytest.mark.skipif(not capture.available() or vmap.LOWERS_VMAP, reason="refused before PyTorch 2.14 only")
-def test_a_vmap_before_2_14_is_refused_not_run():
-    """2.6's export captures a vmap now and then: refused whether it does or not, never planned."""
-    x, keep = torch.randn(4, 16, 16), torch.arange(16)[None, :] < torch.tensor([[16], [12], [9], [5]])
-    model = jitckpt.checkpoint(VmapMaskAttention(), memory_limit="min", front_end="export")
-    for _ in range(3):
-        with pytest.raises(capture.CaptureError, match="vmap"):
-            model(x, keep)
-
-
 class VmapOverActivations(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -16,8 +16,8 @@ import torch.fx
 from .aten_graph import CaptureError, _user_line
 
 _START, _END = "_vmap_increment_nesting", "_vmap_decrement_nesting"
-# Tested on 2.14; 2.6's export captures a vmap only now and then (an NYI error otherwise), and what
-# it captures has crashed the planner: lines before 2.14 refuse it.
+# Tested on 2.14; 2.6's export captures a vmap only now and then (an NYI error otherwise): lines
+# before 2.14 refuse the markers where export leaves them.
 LOWERS_VMAP = torch.torch_version.TorchVersion(torch.__version__) >= "2.14"
 
 
