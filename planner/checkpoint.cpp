@@ -2,7 +2,6 @@
 #include "planner/checkpoint.h"
 
 #include <ATen/Parallel.h>
-#include <c10/core/GradMode.h>
 
 #include <cstdio>
 #include <functional>
@@ -154,11 +153,7 @@ torch::jit::Module checkpoint(const torch::jit::Module& module,
 
   PrologueRun prologue = runPrologue(cloned.module, cloned.partition, example_inputs);
   auto stages = chainStagesOf(cloned.partition);
-  {
-    c10::AutoGradMode recording(true);  // as a training call casts them
-    prologue.arguments.lifted_tensors =
-        castSharedWeights(*stages, prologue.arguments.lifted_tensors);
-  }
+  prologue.arguments.lifted_tensors = castSharedWeights(*stages, prologue.arguments.lifted_tensors);
   const ChainArguments& arguments = prologue.arguments;
   SolveOptions solve_options{options.strategy, options.slots, options.segments, options.given};
   solve_options.epilogue_gradient_bytes = epilogueGradientBytes(cloned.module, cloned.partition);

@@ -3,7 +3,6 @@
 #include "planner/profile.h"
 
 #include <ATen/Functions.h>
-#include <c10/core/GradMode.h>
 
 #include <algorithm>
 #include <chrono>
@@ -396,11 +395,7 @@ ChainProfile profileChain(const torch::jit::Module& module, const Partition& par
   ProfileOptions with_prologue = options;
   with_prologue.held_before_chain_bytes = prologue.held_beyond_bytes;
   auto stages = chainStagesOf(partition);
-  {
-    c10::AutoGradMode recording(true);  // as a training call casts them
-    prologue.arguments.lifted_tensors =
-        castSharedWeights(*stages, prologue.arguments.lifted_tensors);
-  }
+  prologue.arguments.lifted_tensors = castSharedWeights(*stages, prologue.arguments.lifted_tensors);
   return profileStages(std::move(stages), prologue.arguments, with_prologue);
 }
 

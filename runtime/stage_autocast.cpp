@@ -78,6 +78,7 @@ std::vector<at::Tensor> castSharedWeights(const ChainStages& stages, at::TensorL
   const AutocastState call = AutocastState::current();
   if (!(call.cpu || call.cuda) || !call.cache) return out;
   const std::vector<size_t> first = firstPositions(out);
+  c10::AutoGradMode recording(true);  // as a training call casts them, planning too
   for (size_t k = 0; k < stages.lifted().size(); ++k) {
     if (!stages.castWhereverRead(k)) continue;
     const size_t position = stages.position(k);

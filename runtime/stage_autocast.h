@@ -70,8 +70,8 @@ void warnOfWeightsCastBySeveralStages(const ChainStages& stages, const ChainArgu
 // Under autocast the model casts a weight once per autocast region and sums the gradients of its
 // uses in the autocast dtype, before the cast's backward. A weight that several stages read only
 // through ops that autocast casts (ChainStages::castWhereverRead: ALBERT's shared layers) is cast
-// here once (recorded: call it under grad), for the caller to hand the cast to the stages in its
-// place, so that autograd sums their gradients as the model does; each stage casting for itself
+// here once (recorded, whatever the grad mode), for the caller to hand the cast to the stages in
+// its place, so that autograd sums their gradients as the model does; each stage casting for itself
 // would sum them in float32. Returns `lifted` with those casts in place, where autocast would cache
 // the cast: a float32 leaf that requires grad, autocast's cache on, lifted under one name.
 std::vector<at::Tensor> castSharedWeights(const ChainStages& stages, at::TensorList lifted);
