@@ -126,11 +126,16 @@ bool isPure(Node* n) {
 }
 
 // Whether moving `n` before the chain keeps the program's meaning: it is pure and nothing it reads
-// is written in place anywhere.
+// is written in place anywhere. Nor is what it makes: a stage that wrote a lifted value would
+// write the runtime's stand-in for it, a leaf where it may require grad (a bias cloned from a
+// parameter and partly zeroed, as Swin V2's attention does).
 bool canMoveEarlier(Node* n, const torch::jit::AliasDb& alias_db) {
   if (!isPure(n)) return false;
   for (const Value* v : outsideReads(n)) {
     if (alias_db.hasWriters(v)) return false;
+  }
+  for (const Value* o : n->outputs()) {
+    if (alias_db.hasWriters(o)) return false;
   }
   return true;
 }

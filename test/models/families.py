@@ -16,6 +16,7 @@ Families (all script on PyTorch 1.13 and 2.x, with dropout where the family has 
   gpt_mask_input       GPT decoder, matmul/softmax attention, additive causal mask passed in
   gpt_mask_builtin     the same, causal mask (torch.triu) and positions (torch.arange) built in forward
   llama                Llama-style: RMSNorm, rotary positions, grouped-query attention, SwiGLU, tied head
+  cosine_attention     Swin V2-style: cosine attention, a position bias from an MLP, a bias zeroed on a clone
   bert_encoder         BERT encoder, 0/1 attention mask made additive in forward, post-LN, pooler
   encoder_decoder      pre-LN encoder-decoder, source padding mask: every decoder block reads the encoder's output
   two_input            an image branch of convs and a vector input, fused; returns (logits, aux)
@@ -422,6 +423,61 @@ def llama(size: str = "test", device: str = "cpu") -> Family:
     idx = torch.randint(0, vocab, (b, t), generator=_generator())
     return _family("llama", lambda: Llama(vocab, d, heads, kv_heads, layers), (idx,), layers, device,
                    f"Llama-style, {layers} blocks, d {d}, {heads} heads ({kv_heads} for keys and values)")
+
+
+class CosineAttentionBlock(nn.Module):
+    """Swin V2's attention, over all tokens: a key bias zeroed on a clone of the qkv bias,
+    normalized queries and keys scaled by a clamped logit scale, a position bias from an MLP, and
+    norms after each residual branch."""
+
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.logit_scale = nn.Parameter(torch.log(10 * torch.ones(heads, 1, 1)))
+        self.proj = nn.Linear(d, d)
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+
+    def forward(self, x: Tensor, position_bias: Tensor) -> Tensor:
+        b, t, d = x.shape
+        bias = self.qkv.bias.clone()
+        bias[d:2 * d].zero_()
+        q, k, v = F.linear(x, self.qkv.weight, bias).view(b, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+        att = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
+        att = att * torch.clamp(self.logit_scale, max=math.log(100.0)).exp() + position_bias
+        y = (att.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.norm1(self.proj(y))
+        return x + self.norm2(self.mlp(x))
+
+
+class CosineAttention(nn.Module):
+    """Swin V2-style blocks over a grid of tokens, the position bias of each pair read from an
+    MLP over the table of relative coordinates (a side computation that needs gradients)."""
+
+    def __init__(self, side: int, d: int, heads: int, layers: int, classes: int):
+        super().__init__()
+        self.embed = nn.Linear(3, d)
+        coords = torch.stack(torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")).flatten(1)
+        relative = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0).float() / side
+        self.register_buffer("relative", relative)
+        self.cpb = nn.Sequential(nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, heads, bias=False))
+        self.blocks = nn.ModuleList([CosineAttentionBlock(d, heads) for _ in range(layers)])
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, image: Tensor) -> Tensor:
+        position_bias = 16 * torch.sigmoid(self.cpb(self.relative).permute(2, 0, 1))
+        x = self.embed(image.flatten(2).transpose(1, 2))
+        for block in self.blocks:
+            x = block(x, position_bias)
+        return self.head(x.mean(1))
+
+
+def cosine_attention(size: str = "test", device: str = "cpu") -> Family:
+    b, side, d, heads, layers = _pick(size, (2, 6, 32, 4, 4), (8, 16, 128, 8, 8))  # batch, grid side, d, ...
+    image = torch.randn(b, 3, side, side, generator=_generator())
+    return _family("cosine_attention", lambda: CosineAttention(side, d, heads, layers, 10), (image,), layers, device,
+                   f"Swin V2-style cosine attention, {layers} blocks, d {d}, {heads} heads")
 
 
 class BertSelfAttention(nn.Module):
@@ -933,4 +989,5 @@ FAMILIES: Dict[str, Callable[..., Family]] = {
     "list_output": list_output,
     "spectral_norm": spectral_norm,
     "llama": llama,
+    "cosine_attention": cosine_attention,
 }

@@ -304,11 +304,27 @@ class EmaOfActivations(nn.Module):
         return self.c2(h)
 
 
+class ZeroedBiasClones(nn.Module):
+    """Each layer zeroes part of a clone of its bias (Swin V2's key bias): the clone is made of
+    parameters alone, yet written in place, so it stays in its layer's stage."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(3)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            bias = layer.bias.clone()
+            bias[:4].zero_()
+            x = torch.relu(F.linear(x, layer.weight, bias))
+        return x
+
+
 MODELS = {
     m.__name__: m
     for m in [PlainChain, Residual, InplaceResidual, BasicBlocks, WithBatchNorm, TwoTensorBoundary, WithLoop, NoCut,
               GlobalSkip, Nested, PrologueEpilogue, MaskedBlocks, TwoSequences, SkipNet, DenseList, CollectedOutputs,
-              Recurrent, FlagAcrossLayers, EmaOfActivations]
+              Recurrent, FlagAcrossLayers, EmaOfActivations, ZeroedBiasClones]
 }
 
 if __name__ == "__main__":
