@@ -142,6 +142,54 @@ def test_size_arithmetic_between_layers(kind):
     assert model.front_end == "export" and len(model._captures) == (2 if kind == "sqrt_length" else 1), kind
 
 
+class WindowedImages(torch.nn.Module):
+    """Attention within windows of 4 x 4 pixels, the window arithmetic of Swin and MaxVit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.blocks = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(3))
+        self.head = torch.nn.Linear(16, 5)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.stem(images)
+        b, c, h, w = x.shape
+        for block in self.blocks:
+            windows = x.view(b, c, h // 4, 4, w // 4, 4).permute(0, 2, 4, 3, 5, 1).reshape(-1, 16, c)
+            mixed = torch.softmax(windows @ windows.transpose(1, 2) / 4, dim=-1) @ block(windows)
+            x = x + mixed.view(b, h // 4, w // 4, 4, 4, c).permute(0, 5, 1, 3, 2, 4).reshape(b, c, h, w)
+        return self.head(x.mean((2, 3)))
+
+
+def test_an_images_batch_is_captured_dynamic_and_its_height_and_width_static():
+    """Export's reasoning over window arithmetic on a dynamic height and width took minutes
+    (torchvision's MaxVit: 400 s on this machine's first step): an image's batch stays dynamic, and
+    a new size is captured again. Every step bit for bit like the model."""
+    images = [torch.randn(n, 3, h, 16, generator=torch.Generator().manual_seed(n + h)) for n, h in
+              ((4, 16), (2, 16), (4, 24))]
+
+    def steps(model: torch.nn.Module) -> List[torch.Tensor]:
+        record = []
+        for x in images:
+            model.zero_grad(set_to_none=True)
+            output = model(x)
+            output.pow(2).mean().backward()
+            record += [output.detach().clone()] + [p.grad.clone() for p in model.parameters()]
+        return record
+
+    def make() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return WindowedImages()
+    reference = steps(make())
+    assert all(torch.equal(a, b) for a, b in zip(reference, steps(make()))), "the model itself, twice"
+    model = jitckpt.checkpoint(make(), memory_limit="min", profile_repeats=1)
+    record = steps(model)
+    assert all(torch.equal(a, b) for a, b in zip(reference, record))
+    sizes = [captured.sizes[0] for captured, _ in reversed(model._captures)]
+    assert len(sizes) == 2 and [s[1:] for s in sizes] == [(3, 16, 16), (3, 24, 16)], sizes
+    assert not any(isinstance(s[0], int) for s in sizes), sizes  # batches of 4 and 2 share one
+
+
 def test_the_capture_needs_no_torchscript_compiler(monkeypatch):
     """The captured graph is built as IR from export's ATen calls: torch.jit.script, which PyTorch
     deprecates, is never called (a model with size arithmetic, dropout and a dataclass output)."""

@@ -97,13 +97,21 @@ def training_flags(module: torch.nn.Module) -> Tuple[bool, ...]:
     return tuple(m.training for m in module.modules())
 
 
+def dynamic_dims(value: torch.Tensor) -> range:
+    """The dimensions of a tensor argument that the capture keeps dynamic where the model allows:
+    every one, but an image's or a video's (a floating tensor of four dimensions or more) only its
+    batch. Export's reasoning over window and stride arithmetic on a dynamic height and width takes
+    minutes (torchvision's MaxVit, Swin); a new image size is captured again."""
+    return range(1) if value.is_floating_point() and value.dim() >= 4 else range(value.dim())
+
+
 def _dynamic_shapes(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:
-    """Every dimension of every tensor argument dynamic where the model allows (Dim.AUTO)."""
+    """The dimensions dynamic_dims names dynamic where the model allows (Dim.AUTO), the others static."""
     bound = inspect.signature(module.forward).bind(*args, **kwargs)
     auto = torch.export.Dim.AUTO
 
     def shape_of(value: Any) -> Any:
-        return {i: auto for i in range(value.dim())} if isinstance(value, torch.Tensor) else None
+        return {i: auto for i in dynamic_dims(value)} if isinstance(value, torch.Tensor) else None  # others static
 
     shapes = {}
     for name, value in bound.arguments.items():
