@@ -97,12 +97,14 @@ def training_flags(module: torch.nn.Module) -> Tuple[bool, ...]:
     return tuple(m.training for m in module.modules())
 
 
-def dynamic_dims(value: torch.Tensor) -> range:
+def dynamic_dims(value: torch.Tensor) -> List[int]:
     """The dimensions of a tensor argument that the capture keeps dynamic where the model allows:
     every one, but an image's or a video's (a floating tensor of four dimensions or more) only its
     batch. Export's reasoning over window and stride arithmetic on a dynamic height and width takes
-    minutes (torchvision's MaxVit, Swin); a new image size is captured again."""
-    return range(1) if value.is_floating_point() and value.dim() >= 4 else range(value.dim())
+    minutes (torchvision's MaxVit, Swin); a new image size is captured again. A size of 0 or 1
+    export specializes: static from the start, without its warning (a batch of one)."""
+    dims = range(1) if value.is_floating_point() and value.dim() >= 4 else range(value.dim())
+    return [i for i in dims if value.shape[i] > 1]
 
 
 def _dynamic_shapes(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:
