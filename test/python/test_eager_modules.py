@@ -596,11 +596,12 @@ class DataDependent(torch.nn.Module):
         return x
 
 
-def test_models_export_cannot_capture_fall_back_to_torchscript_or_say_why():
+def test_models_export_cannot_capture_fall_back_to_torchscript_or_say_why(capfd):
     x = torch.randn(4, 8)
     with pytest.raises(capture.CaptureError, match=r"could not capture DataDependent with torch.export .*"
                                                    r"data-dependent.*test_eager_modules.py"):
         jitckpt.checkpoint(DataDependent(), memory_limit="min", front_end="export")(x)
+    assert "def forward(" not in capfd.readouterr().err  # export's partial graph (2.14), at each try
     torch.manual_seed(0)
     expected = DataDependent()(x)
     torch.manual_seed(0)

@@ -10,6 +10,7 @@ and sizes within the ranges export proved.
 import contextlib
 import dataclasses
 import inspect
+import io
 import logging
 import math
 import os
@@ -155,13 +156,35 @@ def _shape_logs_quiet() -> Iterator[None]:
             logger.setLevel(level)
 
 
+@contextlib.contextmanager
+def _partial_graph_unprinted() -> Iterator[None]:
+    """Export (2.14) prints the graph it traced so far to stderr where it fails on data, hundreds
+    of lines, twice at each try; jitckpt reports the failure itself. What else forward writes
+    there passes through."""
+    written = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(written):
+            yield
+    except Exception as error:
+        text = written.getvalue()
+        cause: Optional[BaseException] = error
+        while cause is not None:  # export's own error, under the CaptureError that reports it
+            graph = getattr(cause, "partial_fx_graph", None)
+            if graph is not None:
+                text = text.replace(f"{graph}\n", "")
+            cause = cause.__cause__
+        sys.stderr.write(text)
+        raise
+    sys.stderr.write(written.getvalue())
+
+
 def _export(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], dynamic: bool) -> Any:
     """The training graph, with every size dynamic where export manages it, or with this call's."""
     leaves = flatten(args, kwargs)[0]
     shapes = _dynamic_shapes(module, args, kwargs) if dynamic else None
     registered: set = set()
     while True:
-        with warnings.catch_warnings(), _attributes_kept(leaves), _shape_logs_quiet():
+        with warnings.catch_warnings(), _attributes_kept(leaves), _shape_logs_quiet(), _partial_graph_unprinted():
             warnings.filterwarnings("ignore", message=r"`torch\.utils\._pytree\._register_pytree_node` is deprecated")
             try:
                 return torch.export.export(module, tuple(args), dict(kwargs), strict=False, dynamic_shapes=shapes)
