@@ -98,7 +98,7 @@ def training_flags(module: torch.nn.Module) -> Tuple[bool, ...]:
     return tuple(m.training for m in module.modules())
 
 
-def dynamic_dims(value: torch.Tensor) -> List[int]:
+def _dynamic_dims(value: torch.Tensor) -> List[int]:
     """The dimensions of a tensor argument that the capture keeps dynamic where the model allows:
     every one, but an image's or a video's (a floating tensor of four dimensions or more) only its
     batch. Export's reasoning over window and stride arithmetic on a dynamic height and width takes
@@ -109,12 +109,12 @@ def dynamic_dims(value: torch.Tensor) -> List[int]:
 
 
 def _dynamic_shapes(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:
-    """The dimensions dynamic_dims names dynamic where the model allows (Dim.AUTO), the others static."""
+    """The dimensions _dynamic_dims names dynamic where the model allows (Dim.AUTO), the others static."""
     bound = inspect.signature(module.forward).bind(*args, **kwargs)
     auto = torch.export.Dim.AUTO
 
     def shape_of(value: Any) -> Any:
-        return {i: auto for i in dynamic_dims(value)} if isinstance(value, torch.Tensor) else None  # others static
+        return {i: auto for i in _dynamic_dims(value)} if isinstance(value, torch.Tensor) else None
 
     shapes = {}
     for name, value in bound.arguments.items():
@@ -179,7 +179,8 @@ def _partial_graph_unprinted() -> Iterator[None]:
 
 
 def _export(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], dynamic: bool) -> Any:
-    """The training graph, with every size dynamic where export manages it, or with this call's."""
+    """The training graph, with the sizes _dynamic_shapes names dynamic where export manages it, or
+    with this call's."""
     leaves = flatten(args, kwargs)[0]
     shapes = _dynamic_shapes(module, args, kwargs) if dynamic else None
     registered: set = set()
