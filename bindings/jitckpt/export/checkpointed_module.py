@@ -78,7 +78,7 @@ class CheckpointedModule(torch.nn.Module):
             self._entry(tuple(example_inputs), {}, plan_with_inputs=True, reuse_profile_of=reuse_profile_of)
         except capturing.CaptureError as error:
             if self._fallback is None:
-                raise
+                raise self._refusal(error) from error
             self._take_fallback(error, example_inputs, reuse_profile_of)
 
     def __getstate__(self) -> Dict[str, Any]:
@@ -130,7 +130,7 @@ class CheckpointedModule(torch.nn.Module):
                 captured, rewritten, flat = self._entry(args, kwargs)
             except capturing.CaptureError as error:
                 if self._fallback is None or self._captures:
-                    raise
+                    raise self._refusal(error) from error
                 self._take_fallback(error, None)
                 return self._scripted(*args, **kwargs)
             with torch.jit.optimized_execution(False):
@@ -145,10 +145,23 @@ class CheckpointedModule(torch.nn.Module):
             self._scripted = self._fallback(self.module, example_inputs, reuse_profile_of)
         except (TypeError, RuntimeError) as script_error:
             lines = str(script_error).strip().splitlines()
-            raise capturing.CaptureError(
-                f"{error}; and TorchScript could not take it either ({lines[0] if lines else type(script_error).__name__})"
-            ) from script_error
+            reason = lines[0] if lines else type(script_error).__name__
+            raise self._refusal(f"{error}; and TorchScript could not take it either ({reason})") from script_error
         warnings.warn(f"{error}; {type(self.module).__name__} trains through TorchScript instead", stacklevel=3)
+
+    def _refusal(self, error: Any) -> capturing.CaptureError:
+        """The error of a model jitckpt cannot take whole, with the part of it that it may take: the
+        child with a forward of its own and parameters that holds the most modules (a detector's
+        backbone, a language model's decoder), checkpointed on its own while the rest of forward
+        runs as it is."""
+        parts = [(sum(1 for _ in child.modules()), name) for name, child in self.module.named_children()
+                 if type(child).forward is not torch.nn.Module.forward and any(True for _ in child.parameters())]
+        if not parts:
+            return capturing.CaptureError(str(error))
+        name = max(parts, key=lambda part: part[0])[1]
+        return capturing.CaptureError(
+            f"{error}; to train the rest of {type(self.module).__name__} as it is, checkpoint the part that holds "
+            f"its activations instead: `model.{name} = jitckpt.checkpoint(model.{name}, memory_limit=...)`")
 
     def _entry(self, args: Tuple[Any, ...], kwargs: Any, plan_with_inputs: bool = False,
                reuse_profile_of: Any = None) -> Tuple[capturing.Capture, torch.jit.ScriptModule, List[Any]]:
