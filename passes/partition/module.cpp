@@ -12,12 +12,11 @@
 #include "passes/inline_calls.h"
 #include "passes/partition/call_values.h"
 #include "passes/partition/value_bytes.h"
+#include "passes/tensor_dicts.h"
 #include "runtime/plan.h"
 
 namespace jitckpt {
-namespace {
 
-// The current value of a lifted attribute: follows its prim::GetAttr chain from `self`.
 std::optional<c10::IValue> attributeValue(const torch::jit::Module& module,
                                           const torch::jit::Value* value) {
   std::vector<std::string> path;
@@ -32,6 +31,8 @@ std::optional<c10::IValue> attributeValue(const torch::jit::Module& module,
     current = current.toObjectRef().getAttr(*it);
   return current;
 }
+
+namespace {
 
 // Deep copies made under grad would be non-leaf tensors (CloneBackward): copy without grad, then
 // give each parameter copy the original's requires_grad.
@@ -103,12 +104,13 @@ void bindOptionalTensors(const torch::jit::Module& module, Partition& partition)
 
 namespace {
 
-// What both entry points do to a forward graph before partitioning it: calls inlined and
-// tensor-list attributes bound.
+// What both entry points do to a forward graph before partitioning it: calls inlined,
+// tensor-list attributes bound, tensor dicts unpacked.
 void prepareForward(const torch::jit::Module& module,
                     const std::shared_ptr<torch::jit::Graph>& graph) {
   inlineAllCalls(graph);
   bindTensorListAttributes(module, *graph);
+  unpackTensorDicts(module, graph);
 }
 
 // Partitions `graph`, by the bytes its values hold on the example inputs where there are any

@@ -6,6 +6,7 @@
 #include <torch/csrc/jit/api/module.h>
 
 #include <memory>
+#include <optional>
 
 #include "passes/partition/partition.h"
 #include "runtime/stages.h"
@@ -41,6 +42,11 @@ void bindOptionalTensors(const torch::jit::Module& module, Partition& partition)
 // _flat_weights) is read, in `module`'s inlined forward graph, as a list built from reads of those
 // attributes, so that the partition lifts each one as a parameter and routes its gradient.
 void bindTensorListAttributes(const torch::jit::Module& module, torch::jit::Graph& graph);
+
+// The current value of the module attribute a prim::GetAttr chain from `self` reads; none where
+// `value` is not such a chain.
+std::optional<c10::IValue> attributeValue(const torch::jit::Module& module,
+                                          const torch::jit::Value* value);
 
 // The stages as the runtime holds them (graphs copied).
 std::shared_ptr<const ChainStages> chainStagesOf(const Partition& partition);

@@ -1,7 +1,7 @@
 """Small scripted models for the lit tests: `models.py PREFIX NAME...` scripts each NAME and saves it
 as PREFIX.NAME.pt (one Python start per lit file, not one per model)."""
 import sys
-from typing import List
+from typing import Dict, List
 
 import torch
 import torch.nn.functional as F
@@ -97,13 +97,13 @@ class WithLoop(nn.Module):
 
 
 class NoCut(nn.Module):
-    """A dict written between the two matmuls and read after both: no position between them holds
-    only tensors."""
+    """A dict written between the two matmuls and read after both, under keys it computes: no
+    position between them holds only tensors."""
 
     def forward(self, x, y):
-        kept = {"x": x}
-        kept["h"] = torch.matmul(torch.relu(x), y)
-        return torch.matmul(x, torch.sigmoid(y)) + kept["h"] + kept["x"]
+        kept = {str(x.dim()): x}
+        kept[str(y.dim() + 1)] = torch.matmul(torch.relu(x), y)
+        return torch.matmul(x, torch.sigmoid(y)) + kept["3"] + kept["2"]
 
 
 class GlobalSkip(nn.Module):
@@ -320,11 +320,35 @@ class ZeroedBiasClones(nn.Module):
         return x
 
 
+class LayerFeatures(nn.Module):
+    """Returns the outputs of the layers `return_layers` names, in a dict made empty where forward
+    starts and filled layer by layer (torchvision's IntermediateLayerGetter), and a head on one."""
+
+    return_layers: Dict[str, str]  # an attribute forward reads, as torchvision declares it
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleDict({f"layer{i}": nn.Linear(8, 8) for i in range(1, 5)})
+        self.return_layers = {"layer2": "aux", "layer4": "out"}
+        self.head = nn.Linear(8, 8)
+
+    def forward(self, x):
+        features: Dict[str, torch.Tensor] = {}
+        for name, layer in self.layers.items():
+            x = torch.relu(layer(x))
+            if name in self.return_layers:
+                features[self.return_layers[name]] = x
+        result: Dict[str, torch.Tensor] = {}
+        result["out"] = self.head(features["out"])
+        result["aux"] = features["aux"]
+        return result
+
+
 MODELS = {
     m.__name__: m
     for m in [PlainChain, Residual, InplaceResidual, BasicBlocks, WithBatchNorm, TwoTensorBoundary, WithLoop, NoCut,
               GlobalSkip, Nested, PrologueEpilogue, MaskedBlocks, TwoSequences, SkipNet, DenseList, CollectedOutputs,
-              Recurrent, FlagAcrossLayers, EmaOfActivations, ZeroedBiasClones]
+              Recurrent, FlagAcrossLayers, EmaOfActivations, ZeroedBiasClones, LayerFeatures]
 }
 
 if __name__ == "__main__":
