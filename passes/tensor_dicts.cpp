@@ -58,9 +58,8 @@ size_t foldAttributeLookups(const torch::jit::Module& module, Graph& graph) {
     if (n->kind() == c10::aten::__getitem__ && (!has || !isConstantScalar(dict->at(*key))))
       continue;
     torch::jit::WithInsertPoint point(n);
-    Value* constant = graph.insertConstant(n->kind() == c10::aten::__contains__
-                                               ? c10::IValue(has)
-                                               : dict->at(*key));
+    Value* constant = graph.insertConstant(n->kind() == c10::aten::__contains__ ? c10::IValue(has)
+                                                                                : dict->at(*key));
     n->output()->replaceAllUsesWith(constant);
     ++folded;
   }
@@ -102,7 +101,7 @@ bool unpackDict(Graph& graph, Node* made) {
   std::stable_sort(uses.begin(), uses.end(), [&](const auto& a, const auto& b) {
     return topLevelOwner(a.user, top)->isBefore(topLevelOwner(b.user, top));
   });
-  std::vector<std::pair<std::string, Value*>> entries;  // in the order of first insertion
+  std::vector<std::pair<std::string, Value*>> entries;       // in the order of first insertion
   for (size_t i = 0; i + 1 < made->inputs().size(); i += 2)  // {"a": x}: made with entries
     entries.emplace_back(torch::jit::toIValue(made->input(i))->toStringRef(), made->input(i + 1));
   std::vector<Node*> unpacked;
@@ -116,8 +115,10 @@ bool unpackDict(Graph& graph, Node* made) {
     auto entry = std::find_if(entries.begin(), entries.end(),
                               [&](const auto& e) { return key && e.first == *key; });
     if (key && user->kind() == c10::aten::_set_item && user->inputs().size() == 3) {
-      if (entry == entries.end()) entries.emplace_back(*key, user->input(2));
-      else entry->second = user->input(2);
+      if (entry == entries.end())
+        entries.emplace_back(*key, user->input(2));
+      else
+        entry->second = user->input(2);
     } else if (key && user->kind() == c10::aten::__getitem__ && entry != entries.end()) {
       user->output()->replaceAllUsesWith(entry->second);
     } else {
@@ -150,7 +151,7 @@ bool unpackDict(Graph& graph, Node* made) {
 size_t unpackTensorDicts(const torch::jit::Module& module,
                          const std::shared_ptr<torch::jit::Graph>& graph) {
   if (foldAttributeLookups(module, *graph) > 0) {
-    std::shared_ptr<Graph> edited = graph;  // the pass takes a non-const one
+    std::shared_ptr<Graph> edited = graph;                  // the pass takes a non-const one
     torch::jit::ConstantPropagationImmutableTypes(edited);  // the branches the lookups decided
     eliminateDeadCodeKeepingDraws(graph);
   }
