@@ -106,11 +106,12 @@ def detection_batch(i: int) -> Tuple[List[torch.Tensor], List[Dict[str, torch.Te
 
 def detection_steps(model: torch.nn.Module, autocast: bool) -> List[torch.Tensor]:
     """AdamW, two micro-batches a step, gradients clipped: the losses, gradients, parameters and
-    buffers (BatchNorm's statistics) to compare."""
+    buffers (BatchNorm's statistics) to compare; one step under autocast, whose convolutions take
+    PyTorch's slow path with oneDNN off (onednn_off.py), two in float32."""
     parameters = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(parameters, lr=1e-3)
     record: List[torch.Tensor] = []
-    for i in range(4):
+    for i in range(2 if autocast else 4):
         images, targets = detection_batch(i)
         torch.manual_seed(i)  # the image size drawn, the boxes sampled
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
