@@ -150,6 +150,34 @@ def eager_step_peak(model: nn.Module, kwargs: Dict[str, Any], loss: Callable[[Te
     return memory.peak + held, info["memory_limit"] + loss_bytes + OUTSIDE_CHAIN_BYTES, info
 
 
+def adamw_record(model: nn.Module, micro_batch_loss: Callable[[int], Tensor], micro_batches: int = 4) -> List[Tensor]:
+    """AdamW over `micro_batches` losses (micro_batch_loss(i) runs the model), two a step,
+    gradients clipped: each loss, each step's gradients and parameters, then the buffers (a record
+    to compare with assert_same_records)."""
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(parameters, lr=1e-3)
+    record: List[Tensor] = []
+    for i in range(micro_batches):
+        loss = micro_batch_loss(i)
+        (loss / 2).backward()
+        record.append(loss.detach())
+        if i % 2 == 1:
+            torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+            record += [p.grad.clone() for p in parameters]
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            record += [p.detach().clone() for p in model.parameters()]
+    return record + [b.clone() for b in model.buffers()]
+
+
+def assert_same_records(reference: List[Tensor], other: List[Tensor], what: str) -> None:
+    """Every tensor of two adamw_record records equal, dtype and bits."""
+    assert len(reference) == len(other), what
+    for i, (a, b) in enumerate(zip(reference, other)):
+        assert a.dtype == b.dtype and torch.equal(a, b), \
+            f"{what}, record {i}: max difference {(a.double() - b.double()).abs().max()}"
+
+
 def loss_of(output: Any) -> Tensor:
     """Sum over the output's floating tensors of mean(t^2)."""
     total = None

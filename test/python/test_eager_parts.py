@@ -105,34 +105,18 @@ def detection_batch(i: int) -> Tuple[List[torch.Tensor], List[Dict[str, torch.Te
 
 
 def detection_steps(model: torch.nn.Module, autocast: bool) -> List[torch.Tensor]:
-    """AdamW, two micro-batches a step, gradients clipped: the losses, gradients, parameters and
-    buffers (BatchNorm's statistics) to compare; one step under autocast, whose convolutions take
-    PyTorch's slow path with oneDNN off (onednn_off.py), two in float32."""
-    parameters = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(parameters, lr=1e-3)
-    record: List[torch.Tensor] = []
-    for i in range(2 if autocast else 4):
+    """families.adamw_record of the detector's summed losses (buffers: BatchNorm's statistics); one
+    step under autocast, whose convolutions take PyTorch's slow path with oneDNN off
+    (onednn_off.py), two in float32."""
+
+    def loss(i: int) -> torch.Tensor:
         images, targets = detection_batch(i)
         torch.manual_seed(i)  # the image size drawn, the boxes sampled
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             losses = model(images, targets)
-        loss = sum(v.float() for v in losses.values())
-        (loss / 2).backward()
-        record.append(loss.detach())
-        if i % 2 == 1:
-            torch.nn.utils.clip_grad_norm_(parameters, 1.0)
-            record += [p.grad.clone() for p in parameters]
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            record += [p.detach().clone() for p in model.parameters()]
-    return record + [b.clone() for b in model.buffers()]
+        return sum(v.float() for v in losses.values())
 
-
-def assert_same(reference: List[torch.Tensor], other: List[torch.Tensor], what: str) -> None:
-    assert len(reference) == len(other), what
-    for i, (a, b) in enumerate(zip(reference, other)):
-        assert a.dtype == b.dtype and torch.equal(a, b), \
-            f"{what}, record {i}: max difference {(a.double() - b.double()).abs().max()}"
+    return families.adamw_record(model, loss, 2 if autocast else 4)
 
 
 def test_a_torchvision_detector_names_its_backbone():
@@ -145,10 +129,10 @@ def test_a_torchvision_detector_names_its_backbone():
 @pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bfloat16"])
 def test_a_torchvision_detectors_backbone_trains_bit_for_bit(autocast):
     reference = detection_steps(detector(), autocast)
-    assert_same(reference, detection_steps(detector(), autocast), "the detector twice")
+    families.assert_same_records(reference, detection_steps(detector(), autocast), "the detector twice")
     model = detector()
     model.backbone = jitckpt.checkpoint(model.backbone, memory_limit="min", profile_repeats=1)
-    assert_same(reference, detection_steps(model, autocast), "its backbone through jitckpt")
+    families.assert_same_records(reference, detection_steps(model, autocast), "its backbone through jitckpt")
     info = jitckpt.plan(model.backbone)
     assert info["num_stages"] >= 10, info["labels"]
     assert info["predicted_peak"] <= info["memory_limit"] < info["unconstrained_peak"]

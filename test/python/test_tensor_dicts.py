@@ -41,33 +41,16 @@ def loss_of(output: Any, labels: torch.Tensor) -> torch.Tensor:
 
 
 def steps(model: torch.nn.Module, autocast: bool) -> List[torch.Tensor]:
-    parameters = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(parameters, lr=1e-3)
-    record: List[torch.Tensor] = []
-    for i in range(4):
+    def loss(i: int) -> torch.Tensor:
         x, labels = batch(i)
         torch.manual_seed(i)  # dropout in the heads
         # the interpreter as it runs the model the first time: the executor's later optimized
         # graphs (fusions) round otherwise, run to run
         with torch.jit.optimized_execution(False), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             output = model(x)
-        loss = loss_of(output, labels)
-        (loss / 2).backward()
-        record.append(loss.detach())
-        if i % 2 == 1:
-            torch.nn.utils.clip_grad_norm_(parameters, 1.0)
-            record += [p.grad.clone() for p in parameters]
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            record += [p.detach().clone() for p in model.parameters()]
-    return record + [b.clone() for b in model.buffers()]
+        return loss_of(output, labels)
 
-
-def assert_same(reference: List[torch.Tensor], other: List[torch.Tensor], what: str) -> None:
-    assert len(reference) == len(other), what
-    for i, (a, b) in enumerate(zip(reference, other)):
-        assert a.dtype == b.dtype and torch.equal(a, b), \
-            f"{what}, record {i}: max difference {(a.double() - b.double()).abs().max()}"
+    return families.adamw_record(model, loss)
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -76,9 +59,9 @@ def test_a_scripted_segmentation_model_trains_bit_for_bit(name, autocast):
     if autocast and not families.cpu_autocast_casts_to(torch.bfloat16):
         pytest.skip("this PyTorch's CPU autocast does not cast to bfloat16")
     reference = steps(scripted(name), autocast)
-    assert_same(reference, steps(scripted(name), autocast), f"{name} twice")
+    families.assert_same_records(reference, steps(scripted(name), autocast), f"{name} twice")
     model = jitckpt.checkpoint(scripted(name), memory_limit="min", profile_repeats=1)
-    assert_same(reference, steps(model, autocast), f"{name} through jitckpt")
+    families.assert_same_records(reference, steps(model, autocast), f"{name} through jitckpt")
     info = jitckpt.plan(model)
     assert info["num_stages"] >= STAGES_AT_LEAST[name], info["labels"]
     assert info["predicted_peak"] <= info["memory_limit"] < info["unconstrained_peak"]
