@@ -1,5 +1,6 @@
 """Python entry points over jitckpt._C."""
 import sys
+import warnings
 from typing import Any, Dict, Optional, Sequence, Union
 
 import torch
@@ -15,8 +16,16 @@ MemoryLimit = Union[None, int, float, str]
 
 
 
+def _uncompiled(module: Any) -> Any:
+    """The module that torch.compile wrapped (its OptimizedModule's `_orig_mod`), else `module`."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")  # never imported: nothing was compiled
+    optimized = getattr(eval_frame, "OptimizedModule", None)
+    return module._orig_mod if optimized is not None and isinstance(module, optimized) else module
+
+
 def _rewritten(module: Any, what: str) -> torch._C.ScriptModule:
     """The C++ module of what jitckpt.checkpoint returned, or a TypeError that says so."""
+    module = _uncompiled(module)
     if isinstance(module, CheckpointedModule):
         if module.rewritten is None:
             raise ValueError(f"jitckpt.{what}: this module has not been captured yet; that happens at its first "
@@ -148,6 +157,11 @@ def checkpoint(
     options = dict(memory_limit=memory_limit, strategy=strategy, schedule=schedule, slots=slots,
                    max_stages=max_stages, cuts=cuts, segments=segments, profile_repeats=profile_repeats,
                    verbose=verbose, progress=progress)
+    if _uncompiled(module) is not module:
+        warnings.warn(f"jitckpt.checkpoint takes the {type(module._orig_mod).__name__} that torch.compile wrapped: its "
+                      "training calls run as jitckpt plans them, not compiled; to compile the rest of a model around "
+                      "a checkpointed part, call torch.compile on what checkpoint returns", stacklevel=2)
+        module = module._orig_mod
     if _exports(module, front_end):
         if reuse_profile_of is not None and not isinstance(reuse_profile_of, CheckpointedModule):
             raise ValueError("reuse_profile_of: an eager module reuses the profile of another eager module's "
@@ -230,12 +244,14 @@ def strip(module: torch.jit.ScriptModule) -> torch.jit.ScriptModule:
     """The original forward of a module that jitckpt rewrote, sharing its parameters and buffers:
     no jitckpt::chain op and no plan, for export or inference where jitckpt is not installed.
     For a CheckpointedModule, the model itself."""
+    module = _uncompiled(module)
     if isinstance(module, CheckpointedModule):
         return module.module
     return torch.jit._recursive.wrap_cpp_module(_C.strip(_rewritten(module, "strip")))
 
 
 def is_rewritten(module: torch.jit.ScriptModule) -> bool:
+    module = _uncompiled(module)
     if isinstance(module, CheckpointedModule):
         return True
     return isinstance(module, torch.jit.ScriptModule) and _C.is_rewritten(module._c)
@@ -265,6 +281,7 @@ def partition(module: torch.jit.ScriptModule, example_inputs: Sequence[Any] = ()
     captures it."""
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
+    module = _uncompiled(module)
     if isinstance(module, CheckpointedModule):
         module = module.module
     if _exports(module, "auto") and example_inputs:  # the stages checkpoint() would cut in the capture

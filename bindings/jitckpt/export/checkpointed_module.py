@@ -6,7 +6,8 @@ rewritten module plans at its own first call, as a deferred TorchScript module d
 gradients disabled run the model itself; training calls of a Hugging Face model run without its
 key-value cache (hugging_face.py). Parameters and buffers are the model's own, so optimizers,
 state_dict and BatchNorm statistics stay with it. A model that export cannot capture trains through
-a fallback where one is given (TorchScript, for "auto"), with one warning.
+a fallback where one is given (TorchScript, for "auto"), with one warning. torch.compile calls its
+forward as it is, around the parts of a model it compiles.
 """
 import contextlib
 import inspect
@@ -22,6 +23,14 @@ from .hugging_face import without_cache
 # (captured graph or model, example inputs or None, a module whose profile to reuse or None)
 Rewrite = Callable[[torch.jit.ScriptModule, Optional[Sequence[Any]], Any], torch.jit.ScriptModule]
 Fallback = Callable[[torch.nn.Module, Optional[Sequence[Any]], Any], torch.jit.ScriptModule]
+
+
+def outside_compile(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` as torch.compile calls it: run, never traced. A training call captures, plans and
+    runs a graph that TorchScript's interpreter executes; Dynamo, tracing it, would step through
+    export's own code and break its graph at each step, with a warning for each kind of break."""
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)  # PyTorch 2.1 and later
+    return function if disable is None else disable(function)
 
 
 @contextlib.contextmanager
@@ -52,24 +61,25 @@ class CheckpointedModule(torch.nn.Module):
         self._scripted: Optional[torch.jit.ScriptModule] = None  # the fallback, once taken
         self._captures: List[Tuple[capturing.Capture, torch.jit.ScriptModule]] = []
         self._limit_so_far = 0  # bytes the limit has meant for the captures so far
-        self._name_the_models_arguments()
+        self._make_instance_forward()
 
-    def _name_the_models_arguments(self) -> None:
+    def _make_instance_forward(self) -> None:
         """`self.forward` as inspect.signature reads it takes the model's arguments, not (*args,
         **kwargs): code that reads which arguments a model takes (Hugging Face's Trainer drops every
-        batch key its forward does not name) reads the model's."""
-        try:
-            signature = inspect.signature(self.module.forward)
-        except (TypeError, ValueError):
-            return
+        batch key its forward does not name) reads the model's. And torch.compile calls it as it is
+        (outside_compile, here rather than on the class: it imports Dynamo, which `import jitckpt`
+        need not)."""
         method = type(self).forward
 
         def forward(*args: Any, **kwargs: Any) -> Any:
             return method(self, *args, **kwargs)
 
-        forward.__signature__ = signature  # type: ignore[attr-defined]
+        try:
+            forward.__signature__ = inspect.signature(self.module.forward)  # type: ignore[attr-defined]
+        except (TypeError, ValueError):
+            pass
         forward.__doc__ = self.module.forward.__doc__
-        self.__dict__["forward"] = forward
+        self.__dict__["forward"] = outside_compile(forward)
 
     def plan_now(self, example_inputs: Sequence[Any], reuse_profile_of: Any = None) -> None:
         """Captures and plans for example inputs (positional arguments) instead of the first call,
@@ -106,7 +116,7 @@ class CheckpointedModule(torch.nn.Module):
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         super().__setstate__(state)
-        self._name_the_models_arguments()
+        self._make_instance_forward()
 
     @property
     def rewritten(self) -> Optional[torch.jit.ScriptModule]:
