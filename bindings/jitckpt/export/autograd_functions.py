@@ -9,7 +9,9 @@ arguments), which takes the call's tensors and applies the Function itself: expo
 node, and the runtime runs the Function's forward and records its own backward, as the model does.
 The operators are marked random, so that a stage recomputed replays the random state its Functions
 drew from. torch.utils.checkpoint's reentrant Function, whose backward is autograd's of its forward
-by construction, is traced through. A Function that takes a size computed from the input, or returns
+by construction, is captured as the function it checkpoints, called with gradients on (its own
+forward runs that function without them, which export would record, leaving the layer's
+parameters without gradients; jitckpt's schedule recomputes in its place). A Function that takes a size computed from the input, or returns
 other than tensors and constants, raises CaptureError.
 """
 import contextlib
@@ -22,7 +24,7 @@ import torch.utils.checkpoint
 
 from .aten_graph import CaptureError
 
-_SAME_AS_AUTOGRAD = (torch.utils.checkpoint.CheckpointFunction,)
+_CHECKPOINT = torch.utils.checkpoint.CheckpointFunction  # forward(ctx, run_function, preserve_rng_state, *args)
 _NAMESPACE = "jitckpt_functions"
 _APPLY = torch.autograd.Function.__dict__.get("apply")  # a classmethod (PyTorch 2; 1.13 has no export)
 
@@ -124,7 +126,9 @@ def functions_as_operators() -> Iterator[None]:
     operators (the module's docstring)."""
 
     def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
-        if not issubclass(cls, _SAME_AS_AUTOGRAD) and _differentiated(args, kwargs):
+        if _differentiated(args, kwargs):
+            if issubclass(cls, _CHECKPOINT):
+                return args[0](*args[2:])  # the same draws: the checkpoint's forward draws as it runs
             return _as_operator(cls, args, kwargs)
         return _APPLY.__get__(None, cls)(*args, **kwargs)
 
