@@ -1,9 +1,11 @@
 """Training loops of PyTorch 2.x users beyond the AdamW loops of the other files: float16 autocast
-with a GradScaler, whose skipped steps (gradients that overflow) must be skipped alike, and models
+with a GradScaler, whose skipped steps (gradients that overflow) must be skipped alike; models
 whose layers already checkpoint themselves with torch.utils.checkpoint (Hugging Face's
-gradient_checkpointing_enable() left on). Each trains bit for bit like the model, itself trained
-twice first."""
+gradient_checkpointing_enable() left on); module hooks (forward hooks that change an output or
+store it, backward hooks, PyTorch's weight hooks) and parameter hooks. Each trains bit for bit like
+the model, itself trained twice first, or is refused or warned of, naming what."""
 import functools
+import warnings
 from typing import Any, List
 
 import pytest
@@ -118,3 +120,94 @@ def test_layers_that_checkpoint_themselves_train_bit_for_bit_with_a_stage_each(r
     info = jitckpt.plan(model)
     assert info["num_stages"] >= hf_style.Config().num_layers, info["labels"]
     assert info["predicted_peak"] <= info["memory_limit"] < info["unconstrained_peak"]
+
+
+def test_forward_hooks_are_named_in_a_warning_and_what_they_return_trains_as_the_model():
+    """A hook that returns a new output is in the captured graph; one that stores its output
+    elsewhere ran once, at the capture, which the warning says. PyTorch's own weight hook (the old
+    weight norm's) is neither warned of nor lost."""
+
+    def make() -> torch.nn.Module:
+        model = hf_style.make("causal_lm")
+        model.model.layers[1].register_forward_hook(lambda module, inputs, output: output * 0.5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # deprecated for parametrizations, still used
+            model.model.layers[0].up = torch.nn.utils.weight_norm(model.model.layers[0].up)
+        return model
+
+    reference = adamw_steps(make())
+    assert_same_bits(reference, adamw_steps(make()), "the model twice")
+    model = make()
+    stored: List[Any] = []
+    model.model.layers[2].register_forward_pre_hook(lambda module, inputs: stored.append(inputs[0].detach()))
+    checkpointed = jitckpt.checkpoint(model, memory_limit="min", profile_repeats=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        record = adamw_steps(checkpointed)
+    assert_same_bits(reference, record, "through jitckpt")
+    hook_warnings = [str(w.message) for w in caught if "forward hooks" in str(w.message)]
+    assert hook_warnings, [str(w.message) for w in caught]
+    assert all("model.layers.2 (" in text and "<lambda> at " in text for text in hook_warnings), hook_warnings
+    assert all("model.layers.1 (" in text and "layers.0" not in text
+               for text in hook_warnings), hook_warnings
+    assert len(stored) < len(LENGTHS[:4])  # what the warning says: training calls do not run it
+
+
+def test_module_backward_hooks_are_refused_naming_them_and_parameter_hooks_fire():
+    model = hf_style.make("causal_lm")
+    model.model.layers[1].register_full_backward_hook(lambda module, grad_input, grad_output: None)
+    for front_end in ("export", "auto"):
+        with pytest.raises(capture.CaptureError, match=r"CausalLM has module backward hooks, which a checkpointed "
+                                                       r"model cannot call .*model\.layers\.1 \(.*<lambda> at .*"
+                                                       r"hook the gradients of the parameters instead") as refused:
+            jitckpt.checkpoint(model, memory_limit="min", front_end=front_end)(**hf_style.batch("causal_lm", 16))
+        assert "checkpoint the part" not in str(refused.value)  # the only part holds the hook
+    model = hf_style.make("causal_lm")
+    fired: List[torch.Tensor] = []
+    model.model.layers[1].up.weight.register_hook(lambda grad: fired.append(grad.clone()))
+    plain = hf_style.make("causal_lm")
+    expected: List[torch.Tensor] = []
+    plain.model.layers[1].up.weight.register_hook(lambda grad: expected.append(grad.clone()))
+    assert_same_bits(adamw_steps(plain), adamw_steps(jitckpt.checkpoint(model, memory_limit="min", profile_repeats=1)),
+                     "a parameter hook's model")
+    assert_same_bits(expected, fired, "what the parameter hook saw")
+
+
+def resumed_steps(model: torch.nn.Module) -> List[torch.Tensor]:
+    """Two steps, then the parameters of `model.module` (or `model`) replaced by those of another
+    copy, as a run resumed with load_state_dict(assign=True) has them, its last layer replaced (an
+    adapter injected), and two steps more with a new optimizer."""
+    inner = getattr(model, "module", model)
+    record = adamw_steps(model)
+    inner.load_state_dict(hf_style.make("causal_lm", seed=1).state_dict(), assign=True)
+    torch.manual_seed(5)
+    inner.model.layers[3] = hf_style.Layer(hf_style.Config())
+    return record + adamw_steps(model)
+
+
+def test_parameters_replaced_after_a_capture_are_trained_not_the_old_ones():
+    reference = resumed_steps(hf_style.make("causal_lm"))
+    assert_same_bits(reference, resumed_steps(hf_style.make("causal_lm")), "the model twice")
+    model = jitckpt.checkpoint(hf_style.make("causal_lm"), memory_limit="min", profile_repeats=1)
+    with pytest.warns(UserWarning, match=r"CausalLM's model\.embed\.weight is another tensor than when jitckpt "
+                                         r"captured the model .*captures and plans it again"):
+        record = resumed_steps(model)
+    assert_same_bits(reference, record, "through jitckpt")
+    assert all(p.grad is None for p in model.module.parameters())  # zeroed by the last step, as the model's
+
+
+def test_functional_call_is_refused_not_run_on_the_parameters_captured():
+    """torch.func.functional_call puts plain tensors where the parameters were; the captured graph
+    holds the parameters, which it would train instead, and export takes only parameters."""
+    model = jitckpt.checkpoint(hf_style.make("causal_lm"), memory_limit="min", profile_repeats=1)
+    model(**hf_style.batch("causal_lm", 16)).loss.backward()  # captured with the model's own tensors
+    tensors = {"module." + name: t.detach().clone().requires_grad_() for name, t in
+               hf_style.make("causal_lm", seed=1).named_parameters()}
+    with pytest.warns(UserWarning, match="is another tensor than when jitckpt captured the model"), \
+            pytest.raises(capture.CaptureError, match=r"CausalLM's parameter model\.embed\.weight is a plain tensor, "
+                                                      r"not an nn\.Parameter, as torch\.func\.functional_call"):
+        torch.func.functional_call(model, tensors, (), hf_style.batch("causal_lm", 16))
+    before = [p.detach().clone() for p in model.parameters()]
+    model(**hf_style.batch("causal_lm", 16)).loss.backward()  # its own parameters again: trains on
+    assert all(p.grad is not None for p in model.parameters())
+    assert_same_bits(before, [p.detach() for p in model.parameters()], "nothing changed by the refused call")

@@ -11,8 +11,8 @@ The operators are marked random, so that a stage recomputed replays the random s
 drew from. torch.utils.checkpoint's reentrant Function, whose backward is autograd's of its forward
 by construction, is captured as the function it checkpoints, called with gradients on (its own
 forward runs that function without them, which export would record, leaving the layer's
-parameters without gradients; jitckpt's schedule recomputes in its place). A Function that takes a size computed from the input, or returns
-other than tensors and constants, raises CaptureError.
+parameters without gradients; jitckpt's schedule recomputes in its place). A Function that takes
+a size computed from the input, or returns other than tensors and constants, raises CaptureError.
 """
 import contextlib
 import re

@@ -28,6 +28,7 @@ from .autograd_functions import functions_as_operators
 from .host_random import host_draws, refusal
 from .hugging_face import eager_mask_decisions, scan_advice
 from .layer_drop import layer_drop_decided, layer_drops_above_zero
+from .module_hooks import refuse_backward_hooks, warn_forward_hooks
 from .vmap import lower_vmap
 
 
@@ -94,8 +95,23 @@ def flatten(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[List[Any], A
     return pytree.tree_flatten((tuple(args), dict(kwargs)))
 
 
+def model_state(module: torch.nn.Module) -> Tuple[Tuple[bool, ...], List[Optional[torch.Tensor]]]:
+    """Every submodule's training flag, and the parameters and buffers the captured graph holds,
+    in one walk (each training call takes both; a walk by named_modules took three times as long)."""
+    flags: List[bool] = []
+    tensors: List[Optional[torch.Tensor]] = []
+    stack = [module]
+    while stack:
+        sub = stack.pop()
+        flags.append(sub.training)
+        tensors.extend(sub._parameters.values())
+        tensors.extend(sub._buffers.values())
+        stack.extend(m for m in sub._modules.values() if m is not None)
+    return tuple(flags), tensors
+
+
 def training_flags(module: torch.nn.Module) -> Tuple[bool, ...]:
-    return tuple(m.training for m in module.modules())
+    return model_state(module)[0]
 
 
 def _dynamic_dims(value: torch.Tensor) -> List[int]:
@@ -247,6 +263,8 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
     """Sizes dynamic first; where export cannot bound them (data-dependent size checks, size
     arithmetic) or the graph holds size arithmetic TorchScript's IR cannot express, this call's
     sizes. A failure of the second try is the one reported."""
+    refuse_backward_hooks(module)
+    _refuse_plain_parameters(module)
     for dynamic in (True, False):
         try:
             with layer_drop_decided(module), functions_as_operators(), eager_mask_decisions(), host_draws() as drawn:
@@ -270,6 +288,7 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
                 raise
     if drawn:
         raise CaptureError(refusal(module, drawn))
+    warn_forward_hooks(module)
     flat, spec = flatten(args, kwargs)
     tensors = [x for x in flat if isinstance(x, torch.Tensor)]
     values = [n.meta.get("val") for n in program.graph_module.graph.nodes if n.op == "placeholder"]
@@ -284,6 +303,16 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
         training=training_flags(module), out_spec=program.call_spec.out_spec,
         autocast=ambient_autocast() if inlined_autocast_block else None,
     )
+
+
+def _refuse_plain_parameters(module: torch.nn.Module) -> None:
+    """Export takes a parameter only as an nn.Parameter; torch.func.functional_call puts the tensors
+    it is given in their place."""
+    plain = next((name for name, p in module.named_parameters() if not isinstance(p, torch.nn.Parameter)), None)
+    if plain is not None:
+        raise CaptureError(f"{type(module).__name__}'s parameter {plain} is a plain tensor, not an nn.Parameter, as "
+                           "torch.func.functional_call makes it, and export captures only parameters: call the "
+                           "checkpointed model with its own parameters, or functional_call the model without jitckpt")
 
 
 def outputs(capture_: Capture, result: Any) -> Any:

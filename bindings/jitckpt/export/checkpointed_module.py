@@ -19,6 +19,7 @@ import torch
 from .. import _C
 from . import capture as capturing
 from .hugging_face import without_cache
+from .module_hooks import has_backward_hooks
 
 # (captured graph or model, example inputs or None, a module whose profile to reuse or None)
 Rewrite = Callable[[torch.jit.ScriptModule, Optional[Sequence[Any]], Any], torch.jit.ScriptModule]
@@ -61,6 +62,8 @@ class CheckpointedModule(torch.nn.Module):
         self._scripted: Optional[torch.jit.ScriptModule] = None  # the fallback, once taken
         self._captures: List[Tuple[capturing.Capture, torch.jit.ScriptModule]] = []
         self._limit_so_far = 0  # bytes the limit has meant for the captures so far
+        # The model's parameters and buffers when the captures (or the fallback) were made.
+        self._tensors: Optional[List[Optional[torch.Tensor]]] = None
         self._make_instance_forward()
 
     def _make_instance_forward(self) -> None:
@@ -84,8 +87,10 @@ class CheckpointedModule(torch.nn.Module):
     def plan_now(self, example_inputs: Sequence[Any], reuse_profile_of: Any = None) -> None:
         """Captures and plans for example inputs (positional arguments) instead of the first call,
         reusing the profile of another checkpoint of the model made with the same inputs."""
+        flags, tensors = capturing.model_state(self.module)
+        self._forget_other_tensors(tensors)
         try:
-            self._entry(tuple(example_inputs), {}, plan_with_inputs=True, reuse_profile_of=reuse_profile_of)
+            self._entry(tuple(example_inputs), {}, flags, plan_with_inputs=True, reuse_profile_of=reuse_profile_of)
         except capturing.CaptureError as error:
             if self._fallback is None:
                 raise self._refusal(error) from error
@@ -100,6 +105,7 @@ class CheckpointedModule(torch.nn.Module):
         state["_modules"] = {name: m for name, m in self._modules.items() if name != "_scripted"}
         state["_scripted"] = None
         state["_captures"] = []
+        state["_tensors"] = None
         return state
 
     def __getattr__(self, name: str) -> Any:
@@ -133,11 +139,13 @@ class CheckpointedModule(torch.nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():
             return self.module(*args, **kwargs)
+        flags, tensors = capturing.model_state(self.module)
+        self._forget_other_tensors(tensors)
         with _jitckpt_errors_alone():
             if self._scripted is not None:
                 return self._scripted(*args, **kwargs)
             try:
-                captured, rewritten, flat = self._entry(args, kwargs)
+                captured, rewritten, flat = self._entry(args, kwargs, flags)
             except capturing.CaptureError as error:
                 if self._fallback is None or self._captures:
                     raise self._refusal(error) from error
@@ -146,6 +154,24 @@ class CheckpointedModule(torch.nn.Module):
             with torch.jit.optimized_execution(False):
                 result = rewritten(*capturing.arguments(captured, flat))
             return capturing.outputs(captured, result)
+
+    def _forget_other_tensors(self, tensors: List[Optional[torch.Tensor]]) -> None:
+        """The captures and the fallback hold the model's parameters and buffers as they were made
+        with (`tensors`: capture.model_state's): where the model holds other tensors now
+        (`load_state_dict(..., assign=True)`, a layer replaced, `torch.func.functional_call`), they
+        would train the old ones, silently. They go, with a warning, and the call captures again."""
+        held, self._tensors = self._tensors, tensors
+        if held is None or (len(held) == len(tensors) and all(a is b for a, b in zip(held, tensors))):
+            return
+        if self._captures or self._scripted is not None:
+            kept = {id(t) for t in held}
+            named = list(self.module.named_parameters()) + list(self.module.named_buffers())
+            changed = next((name for name, t in named if id(t) not in kept), "a parameter or buffer")
+            warnings.warn(f"{type(self.module).__name__}'s {changed} is another tensor than when jitckpt captured the "
+                          "model (load_state_dict(assign=True), a layer replaced, torch.func.functional_call): "
+                          "jitckpt captures and plans it again, for the tensors it holds now", stacklevel=4)
+        self._captures = []
+        self._scripted = None
 
     def _take_fallback(self, error: Exception, example_inputs: Optional[Sequence[Any]],
                        reuse_profile_of: Any = None) -> None:
@@ -166,19 +192,19 @@ class CheckpointedModule(torch.nn.Module):
         runs as it is."""
         parts = [(sum(1 for _ in child.modules()), name) for name, child in self.module.named_children()
                  if type(child).forward is not torch.nn.Module.forward and any(True for _ in child.parameters())]
-        if not parts:
+        name = max(parts, key=lambda part: part[0])[1] if parts else None
+        if name is None or has_backward_hooks(getattr(self.module, name)):  # it would be refused the same
             return capturing.CaptureError(str(error))
-        name = max(parts, key=lambda part: part[0])[1]
         return capturing.CaptureError(
             f"{error}; to train the rest of {type(self.module).__name__} as it is, checkpoint the part that holds "
             f"its activations instead: `model.{name} = jitckpt.checkpoint(model.{name}, memory_limit=...)`")
 
-    def _entry(self, args: Tuple[Any, ...], kwargs: Any, plan_with_inputs: bool = False,
+    def _entry(self, args: Tuple[Any, ...], kwargs: Any, flags: Tuple[bool, ...], plan_with_inputs: bool = False,
                reuse_profile_of: Any = None) -> Tuple[capturing.Capture, torch.jit.ScriptModule, List[Any]]:
-        """The capture that serves the call, made where none does, and the call's flat leaves."""
+        """The capture that serves the call (`flags`: the model's training flags now), made where
+        none does, and the call's flat leaves."""
         args, kwargs = without_cache(self.module, args, kwargs)
         flat, spec = capturing.flatten(args, kwargs)
-        flags = capturing.training_flags(self.module)
         for i, (captured, rewritten) in enumerate(self._captures):
             if captured.serves(flat, spec, flags):
                 self._captures.insert(0, self._captures.pop(i))
