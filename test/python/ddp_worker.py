@@ -40,10 +40,17 @@ EAGER_CASES = {
     "tied_blocks/eager/find_unused_parameters": (tied_family, {"find_unused_parameters": True}),
     "two_input/eager/default": (lambda: families.two_input("test"), {}),
 } if jitckpt.export.available() else {}
+# torch.compile, then DDP, as compiled training scripts order them: the checkpointed module runs as
+# it is inside the compiled wrapper, so the reference is DDP around the eager model, uncompiled.
+COMPILED_CASES = {
+    "two_input/eager/compiled": (lambda: families.two_input("test"), {}),
+} if jitckpt.export.available() else {}
 STEPS = 2
 
 
-def rewrite(family: families.Family, eager: bool) -> torch.nn.Module:
+def rewrite(family: families.Family, eager: bool, compiled: bool) -> torch.nn.Module:
+    if compiled:
+        return torch.compile(jitckpt.checkpoint(family.eager(0), family.inputs, memory_limit="min", profile_repeats=1))
     if eager:
         return jitckpt.checkpoint(family.eager(0), family.inputs, memory_limit="min", profile_repeats=1)
     profiled = jitckpt.checkpoint(family.make(0), family.inputs, memory_limit=None, profile_repeats=1)
@@ -63,7 +70,8 @@ def train(module: torch.nn.Module, family: families.Family, rank: int, options: 
         optimizer.zero_grad(set_to_none=True)
         with torch.jit.optimized_execution(False):
             family.loss(ddp(*inputs)).backward()
-        named = module.module if isinstance(module, jitckpt.CheckpointedModule) else module
+        named = getattr(module, "_orig_mod", module)  # torch.compile's wrapper
+        named = named.module if isinstance(named, jitckpt.CheckpointedModule) else named
         records.append({n: None if p.grad is None else p.grad.clone() for n, p in named.named_parameters()})
         optimizer.step()
         records.append({n: p.detach().clone() for n, p in named.named_parameters()})
@@ -87,12 +95,13 @@ def worker(rank: int, store: str, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     results = {}
-    for key, (make_family, options) in {**CASES, **EAGER_CASES}.items():
+    for key, (make_family, options) in {**CASES, **EAGER_CASES, **COMPILED_CASES}.items():
         family = make_family()
-        eager = key in EAGER_CASES
+        compiled = key in COMPILED_CASES
+        eager = key in EAGER_CASES or compiled
         try:
             reference = train(family.eager(0) if eager else family.make(0), family, rank, options)
-            ours = train(rewrite(family, eager), family, rank, options)
+            ours = train(rewrite(family, eager, compiled), family, rank, options)
             results[key] = compare(reference, ours)
         except Exception as error:  # reported, so that the test names the configuration
             results[key] = f"error: {str(error).strip().splitlines()[0]}"
