@@ -211,3 +211,52 @@ def test_functional_call_is_refused_not_run_on_the_parameters_captured():
     model(**hf_style.batch("causal_lm", 16)).loss.backward()  # its own parameters again: trains on
     assert all(p.grad is not None for p in model.parameters())
     assert_same_bits(before, [p.detach() for p in model.parameters()], "nothing changed by the refused call")
+
+
+class Tempered(torch.nn.Module):
+    """Blocks, a dropout and a temperature that the training loop anneals (Python values that
+    export records as constants)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.Sequential(*(torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU())
+                                            for _ in range(4)))
+        self.drop = torch.nn.Dropout(0.0)
+        self.temperature = 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.drop(self.blocks(x)) / self.temperature).log_softmax(-1)
+
+
+def annealed_steps(model: torch.nn.Module, inner: torch.nn.Module) -> List[torch.Tensor]:
+    """Six steps; the temperature and the dropout's probability set before the third and the
+    fifth (back to where they began)."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    record: List[torch.Tensor] = []
+    for step, (temperature, p) in enumerate([(1.0, 0.0)] * 2 + [(0.5, 0.25)] * 2 + [(1.0, 0.0)] * 2):
+        inner.temperature, inner.drop.p = temperature, p
+        torch.manual_seed(step)
+        x = torch.randn(8, 16, generator=torch.Generator().manual_seed(step))
+        loss = -model(x)[:, 0].mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        record += [loss.detach()] + [p.detach().clone() for p in model.parameters()]
+    return record
+
+
+def test_python_values_changed_between_steps_are_read_as_the_model_reads_them():
+    def make() -> Tempered:
+        torch.manual_seed(0)
+        return Tempered()
+
+    plain = make()
+    reference = annealed_steps(plain, plain)
+    again = make()
+    assert_same_bits(reference, annealed_steps(again, again), "the model twice")
+    model = make()
+    checkpointed = jitckpt.checkpoint(model, memory_limit="min", profile_repeats=1)
+    with pytest.warns(UserWarning, match=r"Tempered's temperature \(1\.0 to 0\.5\), drop\.p \(0\.0 to 0\.25\) "
+                                         r"changed since jitckpt captured the model: .*captures the model again"):
+        assert_same_bits(reference, annealed_steps(checkpointed, model), "through jitckpt")
+    assert len(checkpointed._captures) == 2  # the first serves again when the values come back

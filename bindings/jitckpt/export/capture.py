@@ -23,6 +23,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 import torch.utils._pytree as pytree
 
+from . import python_attributes
 from .aten_graph import CaptureError, ambient_autocast, build
 from .autograd_functions import functions_as_operators
 from .host_random import host_draws, refusal
@@ -49,12 +50,17 @@ class Capture:
     tensor_types: List[Tuple[torch.dtype, torch.device]]  # per tensor leaf
     training: Tuple[bool, ...]  # every submodule's flag
     out_spec: Any  # the pytree spec of forward's result
+    # The Python values of the modules when it was captured (what forward read of them is constant
+    # in the graph).
+    attributes: List[python_attributes.Attribute] = dataclasses.field(default_factory=list)
     # The autocast state it was captured under, where it inlined an autocast block as a no-op
     # there (aten_graph.py); None where any state serves.
     autocast: Optional[Tuple[Any, ...]] = None
 
     def serves(self, flat: List[Any], spec: Any, training: Tuple[bool, ...]) -> bool:
         if spec != self.in_spec or training != self.training or len(flat) != len(self.leaves):
+            return False
+        if not python_attributes.hold(self.attributes):
             return False
         if self.autocast is not None and self.autocast != ambient_autocast():
             return False
@@ -289,6 +295,7 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
     if drawn:
         raise CaptureError(refusal(module, drawn))
     warn_forward_hooks(module)
+    attributes = python_attributes.record(module)  # export puts back what forward set
     flat, spec = flatten(args, kwargs)
     tensors = [x for x in flat if isinstance(x, torch.Tensor)]
     values = [n.meta.get("val") for n in program.graph_module.graph.nodes if n.op == "placeholder"]
@@ -300,7 +307,7 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
     return Capture(
         scripted=scripted, in_spec=spec, leaves=[None if isinstance(x, torch.Tensor) else x for x in flat],
         passed=passed, sizes=sizes, ranges=ranges, tensor_types=[(t.dtype, t.device) for t in tensors],
-        training=training_flags(module), out_spec=program.call_spec.out_spec,
+        training=training_flags(module), out_spec=program.call_spec.out_spec, attributes=attributes,
         autocast=ambient_autocast() if inlined_autocast_block else None,
     )
 

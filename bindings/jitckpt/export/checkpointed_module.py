@@ -18,6 +18,7 @@ import torch
 
 from .. import _C
 from . import capture as capturing
+from . import python_attributes
 from .hugging_face import without_cache
 from .module_hooks import has_backward_hooks
 
@@ -64,6 +65,7 @@ class CheckpointedModule(torch.nn.Module):
         self._limit_so_far = 0  # bytes the limit has meant for the captures so far
         # The model's parameters and buffers when the captures (or the fallback) were made.
         self._tensors: Optional[List[Optional[torch.Tensor]]] = None
+        self._attributes_said: set = set()  # Python values whose change was warned of
         self._make_instance_forward()
 
     def _make_instance_forward(self) -> None:
@@ -169,7 +171,7 @@ class CheckpointedModule(torch.nn.Module):
             changed = next((name for name, t in named if id(t) not in kept), "a parameter or buffer")
             warnings.warn(f"{type(self.module).__name__}'s {changed} is another tensor than when jitckpt captured the "
                           "model (load_state_dict(assign=True), a layer replaced, torch.func.functional_call): "
-                          "jitckpt captures and plans it again, for the tensors it holds now", stacklevel=4)
+                          "jitckpt captures and plans it again, for the tensors it holds now", stacklevel=2)
         self._captures = []
         self._scripted = None
 
@@ -184,6 +186,18 @@ class CheckpointedModule(torch.nn.Module):
             reason = lines[0] if lines else type(script_error).__name__
             raise self._refusal(f"{error}; and TorchScript could not take it either ({reason})") from script_error
         warnings.warn(f"{error}; {type(self.module).__name__} trains through TorchScript instead", stacklevel=3)
+
+    def _say_which_attributes_changed(self, last: capturing.Capture) -> None:
+        """Once per attribute: a Python value the model's modules hold changed, so a new capture."""
+        said = self._attributes_said
+        changes = [c for c in python_attributes.changed(last.attributes) if c.split(" ")[0] not in said]
+        if not changes:
+            return
+        self._attributes_said.update(c.split(" ")[0] for c in changes)
+        warnings.warn(f"{type(self.module).__name__}'s {', '.join(changes)} changed since jitckpt captured the model: "
+                      "export records such values as constants, so jitckpt captures the model again, once for each "
+                      "value; a value that changes every step is better given to forward as a tensor, or kept in a "
+                      "buffer, which one capture serves", stacklevel=2)
 
     def _refusal(self, error: Any) -> capturing.CaptureError:
         """The error of a model jitckpt cannot take whole, with the part of it that it may take: the
@@ -209,6 +223,8 @@ class CheckpointedModule(torch.nn.Module):
             if captured.serves(flat, spec, flags):
                 self._captures.insert(0, self._captures.pop(i))
                 return captured, rewritten, flat
+        if self._captures:
+            self._say_which_attributes_changed(self._captures[0][0])
         captured = capturing.capture(self.module, args, kwargs)
         example = capturing.arguments(captured, flat) if plan_with_inputs else None
         rewritten = self._rewrite(captured.scripted, example, reuse_profile_of)
