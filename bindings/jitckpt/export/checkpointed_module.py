@@ -61,6 +61,7 @@ class CheckpointedModule(torch.nn.Module):
         self._rewrite = rewrite
         self._fallback = fallback
         self._scripted: Optional[torch.jit.ScriptModule] = None  # the fallback, once taken
+        self._scripted_attributes: List[python_attributes.Attribute] = []  # the values it was scripted with
         self._captures: List[Tuple[capturing.Capture, torch.jit.ScriptModule]] = []
         self._limit_so_far = 0  # bytes the limit has meant for the captures so far
         # The model's parameters and buffers when the captures (or the fallback) were made.
@@ -106,6 +107,7 @@ class CheckpointedModule(torch.nn.Module):
         state.pop("forward", None)  # a closure over this module: the copy makes its own
         state["_modules"] = {name: m for name, m in self._modules.items() if name != "_scripted"}
         state["_scripted"] = None
+        state["_scripted_attributes"] = []
         state["_captures"] = []
         state["_tensors"] = None
         return state
@@ -144,6 +146,9 @@ class CheckpointedModule(torch.nn.Module):
         flags, tensors = capturing.model_state(self.module)
         self._forget_other_tensors(tensors)
         with _jitckpt_errors_alone():
+            if self._scripted is not None and not python_attributes.hold(self._scripted_attributes):
+                self._say_which_attributes_changed(self._scripted_attributes)  # scripting copied them
+                self._scripted = None
             if self._scripted is not None:
                 return self._scripted(*args, **kwargs)
             try:
@@ -180,6 +185,7 @@ class CheckpointedModule(torch.nn.Module):
         """TorchScript for a model export cannot capture; if it cannot script either, export's error."""
         assert self._fallback is not None
         try:
+            self._scripted_attributes = python_attributes.record(self.module)
             self._scripted = self._fallback(self.module, example_inputs, reuse_profile_of)
         except (TypeError, RuntimeError) as script_error:
             lines = str(script_error).strip().splitlines()
@@ -187,10 +193,10 @@ class CheckpointedModule(torch.nn.Module):
             raise self._refusal(f"{error}; and TorchScript could not take it either ({reason})") from script_error
         warnings.warn(f"{error}; {type(self.module).__name__} trains through TorchScript instead", stacklevel=3)
 
-    def _say_which_attributes_changed(self, last: capturing.Capture) -> None:
+    def _say_which_attributes_changed(self, recorded: List[python_attributes.Attribute]) -> None:
         """Once per attribute: a Python value the model's modules hold changed, so a new capture."""
         said = self._attributes_said
-        changes = [c for c in python_attributes.changed(last.attributes) if c.split(" ")[0] not in said]
+        changes = [c for c in python_attributes.changed(recorded) if c.split(" ")[0] not in said]
         if not changes:
             return
         self._attributes_said.update(c.split(" ")[0] for c in changes)
@@ -224,7 +230,7 @@ class CheckpointedModule(torch.nn.Module):
                 self._captures.insert(0, self._captures.pop(i))
                 return captured, rewritten, flat
         if self._captures:
-            self._say_which_attributes_changed(self._captures[0][0])
+            self._say_which_attributes_changed(self._captures[0][0].attributes)
         captured = capturing.capture(self.module, args, kwargs)
         example = capturing.arguments(captured, flat) if plan_with_inputs else None
         rewritten = self._rewrite(captured.scripted, example, reuse_profile_of)
