@@ -68,8 +68,8 @@ def test_a_compiled_checkpointed_model_trains_as_the_model(autocast):
 
 
 def test_the_compiled_model_holds_what_the_checkpointed_one_holds():
-    """The same step's measured peak with and without torch.compile around the module (the peak
-    against the limit itself: test_eager_modules.py)."""
+    """The same step's measured peak with and without torch.compile around the module, to a block
+    (the peak against the limit itself: test_eager_modules.py)."""
     model = jitckpt.checkpoint(hf_style.make("causal_lm"), memory_limit="min", profile_repeats=1)
     compiled = torch.compile(model)
     kwargs = hf_style.batch("causal_lm", 32)
@@ -81,7 +81,9 @@ def test_the_compiled_model_holds_what_the_checkpointed_one_holds():
             module(**kwargs).loss.backward()
         peaks.append(memory.peak)
     assert peaks[0] == peaks[2], "the step itself does not repeat its peak"
-    assert peaks[1] == peaks[0], peaks
+    # Dynamo's own small allocations around the call move the peak by a block either way (2.6: 128
+    # bytes less); traced, jitckpt's call held 15% more (49,152 bytes).
+    assert abs(peaks[1] - peaks[0]) <= 512, peaks
 
 
 class Tagger(torch.nn.Module):
