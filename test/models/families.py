@@ -150,19 +150,20 @@ def eager_step_peak(model: nn.Module, kwargs: Dict[str, Any], loss: Callable[[Te
     return memory.peak + held, info["memory_limit"] + loss_bytes + OUTSIDE_CHAIN_BYTES, info
 
 
-def adamw_record(model: nn.Module, micro_batch_loss: Callable[[int], Tensor], micro_batches: int = 4) -> List[Tensor]:
+def adamw_record(model: nn.Module, micro_batch_loss: Callable[[int], Tensor], micro_batches: int = 4,
+                 lr: float = 1e-3, max_norm: float = 1.0) -> List[Tensor]:
     """AdamW over `micro_batches` losses (micro_batch_loss(i) runs the model), two a step,
-    gradients clipped: each loss, each step's gradients and parameters, then the buffers (a record
-    to compare with assert_same_records)."""
+    gradients clipped to `max_norm`: each loss, each step's gradients and parameters, then the
+    buffers (a record to compare with assert_same_records)."""
     parameters = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(parameters, lr=1e-3)
+    optimizer = torch.optim.AdamW(parameters, lr=lr)
     record: List[Tensor] = []
     for i in range(micro_batches):
         loss = micro_batch_loss(i)
         (loss / 2).backward()
         record.append(loss.detach())
         if i % 2 == 1:
-            torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+            torch.nn.utils.clip_grad_norm_(parameters, max_norm)
             record += [p.grad.clone() for p in parameters]
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)

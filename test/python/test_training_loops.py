@@ -14,6 +14,7 @@ import torch
 import jitckpt
 from jitckpt.export import capture
 
+import families
 import hf_style
 
 pytestmark = pytest.mark.skipif(not capture.available(), reason="torch.export's training capture needs PyTorch 2.6")
@@ -93,21 +94,13 @@ def self_checkpointed(reentrant: bool) -> torch.nn.Module:
 
 
 def adamw_steps(model: torch.nn.Module) -> List[torch.Tensor]:
-    parameters = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(parameters, lr=1e-2)
-    record: List[torch.Tensor] = []
-    for i, length in enumerate(LENGTHS[:4]):
+    """families.adamw_record over four language-model batches of varying length."""
+
+    def loss(i: int) -> torch.Tensor:
         torch.manual_seed(i)  # dropout, which torch.utils.checkpoint replays in its recomputation
-        loss = model(**hf_style.batch("causal_lm", length, seed=i)).loss
-        (loss / 2).backward()
-        record.append(loss.detach())
-        if i % 2 == 1:
-            torch.nn.utils.clip_grad_norm_(parameters, 0.5)
-            record += [p.grad.clone() for p in parameters]
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            record += [p.detach().clone() for p in parameters]
-    return record
+        return model(**hf_style.batch("causal_lm", LENGTHS[i], seed=i)).loss
+
+    return families.adamw_record(model, loss, lr=1e-2, max_norm=0.5)
 
 
 @pytest.mark.parametrize("reentrant", [False, True], ids=["non_reentrant", "reentrant"])

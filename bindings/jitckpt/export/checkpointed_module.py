@@ -195,12 +195,12 @@ class CheckpointedModule(torch.nn.Module):
 
     def _say_which_attributes_changed(self, recorded: List[python_attributes.Attribute]) -> None:
         """Once per attribute: a Python value the model's modules hold changed, so a new capture."""
-        said = self._attributes_said
-        changes = [c for c in python_attributes.changed(recorded) if c.split(" ")[0] not in said]
+        changes = [a for a in python_attributes.changed(recorded) if a.name not in self._attributes_said]
         if not changes:
             return
-        self._attributes_said.update(c.split(" ")[0] for c in changes)
-        warnings.warn(f"{type(self.module).__name__}'s {', '.join(changes)} changed since jitckpt captured the model: "
+        self._attributes_said.update(a.name for a in changes)
+        described = ", ".join(map(python_attributes.change, changes))
+        warnings.warn(f"{type(self.module).__name__}'s {described} changed since jitckpt captured the model: "
                       "export records such values as constants, so jitckpt captures the model again, once for each "
                       "value; a value that changes every step is better given to forward as a tensor, or kept in a "
                       "buffer, which one capture serves", stacklevel=2)

@@ -3,9 +3,9 @@ export records what forward reads of them as constants of the captured graph.
 
 Takes the model; `record` lists every submodule's attributes that hold a number, a string, None or
 a tuple of them, with their values, so that a capture serves only while they hold (`hold`), and
-says which changed (`changed`): a value the user sets between calls (an annealed temperature)
-makes a new capture instead of a graph that reads the old one. (Export puts back what its run of
-forward sets; a training call's graph sets none of them either.)
+says which changed (`changed`; `change` in words): a value the user sets between calls (an
+annealed temperature) makes a new capture instead of a graph that reads the old one. (Export puts
+back what its run of forward sets; a training call's graph sets none of them either.)
 """
 import dataclasses
 from typing import Any, List
@@ -53,7 +53,12 @@ def hold(attributes: List[Attribute]) -> bool:
     return True
 
 
-def changed(attributes: List[Attribute]) -> List[str]:
-    """'name (old to new)' for each attribute that no longer holds its recorded value."""
-    return [f"{a.name} ({a.value!r} to {'deleted' if _now(a) is _MISSING else repr(_now(a))})"
-            for a in attributes if _now(a) is not a.value and _now(a) != a.value]
+def changed(attributes: List[Attribute]) -> List[Attribute]:
+    """The attributes that no longer hold their recorded values."""
+    return [a for a in attributes if _now(a) is not a.value and _now(a) != a.value]
+
+
+def change(attribute: Attribute) -> str:
+    """'name (old to new)'."""
+    now = _now(attribute)
+    return f"{attribute.name} ({attribute.value!r} to {'deleted' if now is _MISSING else repr(now)})"
