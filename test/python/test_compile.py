@@ -80,10 +80,9 @@ def test_the_compiled_model_holds_what_the_checkpointed_one_holds():
         with jitckpt.cpu_memory() as memory:
             module(**kwargs).loss.backward()
         peaks.append(memory.peak)
-    assert peaks[0] == peaks[2], "the step itself does not repeat its peak"
-    # Dynamo's own small allocations around the call move the peak by a block either way (2.6: 128
-    # bytes less); traced, jitckpt's call held 15% more (49,152 bytes).
-    assert abs(peaks[1] - peaks[0]) <= 512, peaks
+    # The same step's own peak moves by a small block from run to run, compiled or not (128 bytes
+    # seen on 2.6 and 2.14 under ctest); traced, jitckpt's call held 15% more (49,152 bytes).
+    assert max(peaks) - min(peaks) <= 512, peaks
 
 
 class Tagger(torch.nn.Module):
