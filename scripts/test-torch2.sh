@@ -146,7 +146,7 @@ else
   # masks through its attention; the fuzzer's regressions.
   build="cmake --build /build -j$jobs --target _C"
   test="ctest --test-dir /build --output-on-failure -j$jobs \
-    -R '^(pytest_test_(allocator_blocks|carried_masks|compile|eager_modules|eager_parts|eager_autograd_graph|eager_zoo|training_loops)|fuzz_regressions|fuzz_models_export)\$'"
+    -R '^(pytest_test_(allocator_blocks|carried_masks|compile|eager_modules|eager_parts|eager_autograd_graph|eager_zoo|fsdp|training_loops)|fuzz_regressions|fuzz_models_export)\$'"
 fi
 $SUDO chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root bash -c "
   set -e

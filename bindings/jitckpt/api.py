@@ -9,6 +9,7 @@ from . import _C
 from .export import CheckpointedModule
 from .export import capture as capturing
 from .export.hugging_face import without_cache
+from .sharding import refuse_sharded_parts
 from .torchscript import quiet_torchscript, script
 
 MemoryLimit = Union[None, int, float, str]
@@ -162,6 +163,7 @@ def checkpoint(
                       "training calls run as jitckpt plans them, not compiled; to compile the rest of a model around "
                       "a checkpointed part, call torch.compile on what checkpoint returns", stacklevel=2)
         module = module._orig_mod
+    refuse_sharded_parts(module)
     if _exports(module, front_end):
         if reuse_profile_of is not None and not isinstance(reuse_profile_of, CheckpointedModule):
             raise ValueError("reuse_profile_of: an eager module reuses the profile of another eager module's "

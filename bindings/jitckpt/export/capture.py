@@ -23,6 +23,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 import torch.utils._pytree as pytree
 
+from ..sharding import refuse_flat_parameter_views, refuse_sharded_parts
 from . import python_attributes
 from .aten_graph import CaptureError, ambient_autocast, build
 from .autograd_functions import functions_as_operators
@@ -269,6 +270,8 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
     """Sizes dynamic first; where export cannot bound them (data-dependent size checks, size
     arithmetic) or the graph holds size arithmetic TorchScript's IR cannot express, this call's
     sizes. A failure of the second try is the one reported."""
+    refuse_sharded_parts(module)
+    refuse_flat_parameter_views(module)  # before the plain parameters they are (use_orig_params)
     refuse_backward_hooks(module)
     _refuse_plain_parameters(module)
     for dynamic in (True, False):

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import torch
 
 from .. import _C
+from ..sharding import is_sharded, refuse_flat_parameter_views
 from . import capture as capturing
 from . import python_attributes
 from .hugging_face import without_cache
@@ -167,14 +168,18 @@ class CheckpointedModule(torch.nn.Module):
         with (`tensors`: capture.model_state's): where the model holds other tensors now
         (`load_state_dict(..., assign=True)`, a layer replaced, `torch.func.functional_call`), they
         would train the old ones, silently. They go, with a warning, and the call captures again."""
-        held, self._tensors = self._tensors, tensors
+        held = self._tensors
         if held is None or (len(held) == len(tensors) and all(a is b for a, b in zip(held, tensors))):
+            self._tensors = tensors
             return
-        if self._captures or self._scripted is not None:
+        refuse_flat_parameter_views(self.module)  # before anything changes: the next call is refused too
+        self._tensors = tensors
+        if (self._captures or self._scripted is not None) and not is_sharded(self):  # fully_shard swaps them in
             kept = {id(t) for t in held}
             named = list(self.module.named_parameters()) + list(self.module.named_buffers())
-            changed = next((name for name, t in named if id(t) not in kept), "a parameter or buffer")
-            warnings.warn(f"{type(self.module).__name__}'s {changed} is another tensor than when jitckpt captured the "
+            changed = next((name for name, t in named if id(t) not in kept), None)
+            what = f"'s {changed} is another tensor" if changed else " holds other parameters or buffers"
+            warnings.warn(f"{type(self.module).__name__}{what} than when jitckpt captured the "
                           "model (load_state_dict(assign=True), a layer replaced, torch.func.functional_call): "
                           "jitckpt captures and plans it again, for the tensors it holds now", stacklevel=2)
         self._captures = []

@@ -1,0 +1,183 @@
+"""Two processes (gloo) train FSDP2's fully_shard around a checkpointed model, as one unit, and
+around the unmodified model, and compare the losses and each rank's parameter shards after every
+step bit for bit (AdamW, gradient clipping; float32, bfloat16 autocast, reshard_after_forward off,
+planned with example inputs before sharding). Where FSDP shards inside the model, or
+FullyShardedDataParallel wraps the checkpointed model, jitckpt must refuse, naming what works.
+Run by test_fsdp.py: fsdp_worker.py OUT_JSON. Rank 0 writes {case: "ok" | what differed}."""
+import json
+import os
+import sys
+import tempfile
+import traceback
+import warnings
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "models"))
+
+import jitckpt  # noqa: E402
+import onednn_off  # noqa: E402,F401
+import families  # noqa: E402
+
+STEPS = 3
+NO_FSDP2_ON_CPU = "fully_shard does not run on the CPU in this PyTorch"
+
+# (family, fully_shard options, autocast, plan with example inputs before sharding)
+TRAINED = {
+    "two_input/float32": ("two_input", {}, False, False),
+    "llama/float32": ("llama", {}, False, False),
+    "llama/autocast_bfloat16": ("llama", {}, True, False),
+    "transformer_encoder/reshard_after_forward_off": ("transformer_encoder", {"reshard_after_forward": False}, False,
+                                                      False),
+    "two_input/planned_before_sharding": ("two_input", {}, False, True),
+}
+
+
+def batch(family: families.Family, step: int, rank: int):
+    g = torch.Generator().manual_seed(100 * step + rank)
+    return [t.clone() if t.dtype == torch.bool else
+            torch.randn(t.shape, generator=g) if t.is_floating_point() else
+            torch.randint(0, 13, t.shape, generator=g, dtype=t.dtype) for t in family.inputs]
+
+
+def train(model: torch.nn.Module, family: families.Family, rank: int, autocast: bool):
+    """Each step's loss, then the rank's parameter shards."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    records = []
+    for step in range(STEPS):
+        inputs = batch(family, step, rank)
+        torch.manual_seed(step)  # dropout
+        with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+            loss = family.loss(model(*inputs)).float()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        records.append(loss.detach().clone())
+    records += [p.to_local().detach().clone() for p in model.parameters()]
+    return records
+
+
+def sharded(family: families.Family, options: dict, checkpointed: bool, planned: bool) -> torch.nn.Module:
+    from torch.distributed.fsdp import fully_shard
+    model = family.eager(0)
+    if checkpointed:
+        model = jitckpt.checkpoint(model, family.inputs if planned else None, memory_limit="min", profile_repeats=1)
+    fully_shard(model, **options)
+    return model
+
+
+def trained_case(name: str, rank: int) -> str:
+    family_name, options, autocast, planned = TRAINED[name]
+    family = getattr(families, family_name)("test")
+    reference = train(sharded(family, options, False, False), family, rank, autocast)
+    again = train(sharded(family, options, False, False), family, rank, autocast)
+    if not all(torch.equal(a, b) for a, b in zip(reference, again)):
+        return "the reference does not repeat itself"
+    model = sharded(family, options, True, planned)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ours = train(model, family, rank, autocast)
+    said = [str(w.message) for w in caught if "jitckpt" in str(w.message) or "captured" in str(w.message)]
+    if said:
+        return f"warned: {said[0][:300]}"
+    if len(model._captures) != 1:
+        return f"{len(model._captures)} captures"
+    for i, (a, b) in enumerate(zip(reference, ours)):
+        if not torch.equal(a, b):
+            what = f"step {i + 1} loss" if i < STEPS else f"parameter shard {i - STEPS}"
+            return f"{what}: max abs difference {(a.double() - b.double()).abs().max().item():.3g}"
+    return "ok"
+
+
+def _shard_layers(model: torch.nn.Module) -> None:
+    from torch.distributed.fsdp import fully_shard
+    for child in model.children():
+        if any(True for _ in child.parameters()):
+            fully_shard(child)
+
+
+def _flat(model: torch.nn.Module, use_orig_params: bool) -> torch.nn.Module:
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    return FullyShardedDataParallel(model, use_orig_params=use_orig_params, device_id=torch.device("cpu"))
+
+
+def _layers_then_checkpoint(family):
+    model = family.eager(0)
+    _shard_layers(model)
+    return jitckpt.checkpoint(model, memory_limit="min")
+
+
+def _checkpoint_then_layers(family):
+    model = jitckpt.checkpoint(family.eager(0), memory_limit="min")
+    _shard_layers(model.module)
+    return model
+
+
+# What each arrangement is made by; the refusal may come there or at the first training call.
+REFUSED = {
+    "fully_shard on layers, then checkpoint": _layers_then_checkpoint,
+    "checkpoint, then fully_shard on layers": _checkpoint_then_layers,
+    "checkpoint of FullyShardedDataParallel": lambda family: jitckpt.checkpoint(_flat(family.eager(0), True)),
+    "FullyShardedDataParallel(use_orig_params=True) around":
+        lambda family: _flat(jitckpt.checkpoint(family.eager(0), memory_limit="min"), True),
+    "FullyShardedDataParallel(use_orig_params=False) around, planned first":
+        lambda family: _flat(jitckpt.checkpoint(family.eager(0), family.inputs, memory_limit="min",
+                                                profile_repeats=1), False),
+}
+
+
+def refused_case(name: str, rank: int) -> str:
+    family = families.two_input("test")
+    for attempt in range(2):  # refused again, never trained silently after the first refusal
+        try:
+            model = REFUSED[name](family)
+            family.loss(model(*batch(family, 0, rank))).backward()
+            return f"trained at attempt {attempt + 1}"
+        except TypeError as error:
+            text = str(error)
+            if "fully_shard(model)" not in text or "FSDP" not in text:
+                return f"refused without saying what works: {text[:300]}"
+    return "ok"
+
+
+def fully_shard_runs_on_cpu() -> bool:
+    """PyTorch 2.6's fully_shard does not run on the CPU (its CPU streams lack record_event)."""
+    from torch.distributed.fsdp import fully_shard
+    model = torch.nn.Linear(4, 4)
+    fully_shard(model)
+    try:
+        model(torch.ones(2, 4)).sum().backward()
+    except AttributeError:
+        return False
+    return True
+
+
+def worker(rank: int, store: str, out: str) -> None:
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    results = {}
+    if not fully_shard_runs_on_cpu():
+        results = {name: NO_FSDP2_ON_CPU for name in TRAINED}
+    cases = [(n, trained_case) for n in TRAINED if n not in results] + [(n, refused_case) for n in REFUSED]
+    for name, run in cases:
+        try:
+            results[name] = run(name, rank)
+        except Exception as error:  # reported, so that the test names the case
+            results[name] = f"error: {str(error).strip().splitlines()[0][:300]}"
+            traceback.print_exc()
+        dist.barrier()
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(results, f, indent=1)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as folder:
+        mp.spawn(worker, args=(os.path.join(folder, "store"), sys.argv[1]), nprocs=2)
