@@ -8,6 +8,7 @@ import sys
 import tempfile
 import traceback
 import warnings
+from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
@@ -33,12 +34,14 @@ CASES = {
     "two_input/default": (lambda: families.two_input("test"), {}),
     "two_input/find_unused_parameters": (lambda: families.two_input("test"), {"find_unused_parameters": True}),
     "two_input/static_graph": (lambda: families.two_input("test"), {"static_graph": True}),
+    "two_input/no_sync_accumulation": (lambda: families.two_input("test"), {"accumulate": 3}),
 }
 # The same around eager modules through torch.export (PyTorch 2.6 on), against DDP around the
 # eager model.
 EAGER_CASES = {
     "tied_blocks/eager/find_unused_parameters": (tied_family, {"find_unused_parameters": True}),
     "two_input/eager/default": (lambda: families.two_input("test"), {}),
+    "two_input/eager/no_sync_accumulation": (lambda: families.two_input("test"), {"accumulate": 3}),
 } if jitckpt.export.available() else {}
 # torch.compile, then DDP, as compiled training scripts order them: the checkpointed module runs as
 # it is inside the compiled wrapper, so the reference is DDP around the eager model, uncompiled.
@@ -58,18 +61,22 @@ def rewrite(family: families.Family, eager: bool, compiled: bool) -> torch.nn.Mo
 
 
 def train(module: torch.nn.Module, family: families.Family, rank: int, options: dict):
-    """Gradients and parameters after each step; each rank sees its own batch."""
+    """Gradients and parameters after each step; each rank sees its own batch. With "accumulate":
+    n, a step sums n micro-batches, all but the last under no_sync (the all-reduce once a step)."""
+    options = dict(options)
+    accumulate = options.pop("accumulate", 1)
     ddp = DistributedDataParallel(module, **options)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
     records = []
     for step in range(STEPS):
-        g = torch.Generator().manual_seed(100 * step + rank)
-        inputs = [torch.randn(t.shape, generator=g) if t.is_floating_point()
-                  else torch.randint(0, 13, t.shape, generator=g, dtype=t.dtype) for t in family.inputs]
-        torch.manual_seed(step)  # dropout
         optimizer.zero_grad(set_to_none=True)
-        with torch.jit.optimized_execution(False):
-            family.loss(ddp(*inputs)).backward()
+        for micro in range(accumulate):
+            g = torch.Generator().manual_seed(100 * step + 10 * micro + rank)
+            inputs = [torch.randn(t.shape, generator=g) if t.is_floating_point()
+                      else torch.randint(0, 13, t.shape, generator=g, dtype=t.dtype) for t in family.inputs]
+            torch.manual_seed(10 * step + micro)  # dropout
+            with torch.jit.optimized_execution(False), ddp.no_sync() if micro + 1 < accumulate else nullcontext():
+                (family.loss(ddp(*inputs)) / accumulate).backward()
         named = getattr(module, "_orig_mod", module)  # torch.compile's wrapper
         named = named.module if isinstance(named, jitckpt.CheckpointedModule) else named
         records.append({n: None if p.grad is None else p.grad.clone() for n, p in named.named_parameters()})
