@@ -1,7 +1,7 @@
 """Two processes (gloo) train FSDP2's fully_shard around a checkpointed model, as one unit, and
 around the unmodified model, and compare the losses and each rank's parameter shards after every
-step bit for bit (AdamW, gradient clipping; float32, bfloat16 autocast, reshard_after_forward off,
-planned with example inputs before sharding). Where FSDP shards inside the model, or
+step bit for bit (AdamW, gradient clipping; float32, bfloat16 autocast, parameters gathered in
+float64, reshard_after_forward off, planned with example inputs before sharding). Where FSDP shards inside the model, or
 FullyShardedDataParallel wraps the checkpointed model, jitckpt must refuse, naming what works.
 Run by test_fsdp.py: fsdp_worker.py OUT_JSON. Rank 0 writes {case: "ok" | what differed}."""
 import json
@@ -34,6 +34,9 @@ TRAINED = {
     "transformer_encoder/reshard_after_forward_off": ("transformer_encoder", {"reshard_after_forward": False}, False,
                                                       False),
     "two_input/planned_before_sharding": ("two_input", {}, False, True),
+    # MixedPrecisionPolicy's parameters gathered in another dtype (bfloat16, which gloo cannot
+    # gather, on GPUs; float64 here)
+    "llama/param_dtype_float64": ("llama", {"param_dtype": torch.float64}, False, False),
 }
 
 
@@ -63,7 +66,10 @@ def train(model: torch.nn.Module, family: families.Family, rank: int, autocast: 
 
 
 def sharded(family: families.Family, options: dict, checkpointed: bool, planned: bool) -> torch.nn.Module:
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    options = dict(options)
+    if "param_dtype" in options:
+        options["mp_policy"] = MixedPrecisionPolicy(param_dtype=options.pop("param_dtype"), reduce_dtype=torch.float32)
     model = family.eager(0)
     if checkpointed:
         model = jitckpt.checkpoint(model, family.inputs if planned else None, memory_limit="min", profile_repeats=1)
