@@ -1,7 +1,8 @@
 """Two processes (gloo) train FSDP2's fully_shard around a checkpointed model, as one unit, and
 around the unmodified model, and compare the losses and each rank's parameter shards after every
 step bit for bit (AdamW, gradient clipping; float32, bfloat16 autocast, parameters gathered in
-float64, reshard_after_forward off, planned with example inputs before sharding). Where FSDP shards inside the model, or
+float64, reshard_after_forward off, planned with example inputs before sharding); what jitckpt
+saves of a step's peak must stay saved. Where FSDP shards inside the model, or
 FullyShardedDataParallel wraps the checkpointed model, jitckpt must refuse, naming what works.
 Run by test_fsdp.py: fsdp_worker.py OUT_JSON. Rank 0 writes {case: "ok" | what differed}."""
 import json
@@ -38,6 +39,10 @@ TRAINED = {
     # gather, on GPUs; float64 here)
     "llama/param_dtype_float64": ("llama", {"param_dtype": torch.float64}, False, False),
 }
+
+
+# families whose step peaks are measured, sharded and not, with jitckpt and without
+PEAKS = ["llama/step_peak", "transformer_encoder/step_peak"]
 
 
 def batch(family: families.Family, step: int, rank: int):
@@ -97,6 +102,38 @@ def trained_case(name: str, rank: int) -> str:
         if not torch.equal(a, b):
             what = f"step {i + 1} loss" if i < STEPS else f"parameter shard {i - STEPS}"
             return f"{what}: max abs difference {(a.double() - b.double()).abs().max().item():.3g}"
+    return "ok"
+
+
+def last_step_peak(model: torch.nn.Module, family: families.Family, rank: int) -> int:
+    """The peak bytes of the last of STEPS steps above what was live before it."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for step in range(STEPS):
+        model.zero_grad(set_to_none=True)
+        inputs = batch(family, step, rank)
+        with jitckpt.cpu_memory() as memory:
+            family.loss(model(*inputs)).backward()
+        optimizer.step()
+    return memory.peak
+
+
+def peak_case(name: str, rank: int) -> str:
+    """What jitckpt saves of a step's peak stays saved under fully_shard: at least 75% of it. Where
+    fully_shard's gathers and frees fall beside the step's own allocations varies from process to
+    process (on llama, with jitckpt and without: up to 65 KB of the 565 KB saved)."""
+    from torch.distributed.fsdp import fully_shard
+    family = getattr(families, name.split("/")[0])("test")
+    peaks = {}
+    for sharded_, checkpointed in [(False, False), (False, True), (True, False), (True, True)]:
+        model = family.eager(0)
+        if checkpointed:
+            model = jitckpt.checkpoint(model, memory_limit="min", profile_repeats=1)
+        if sharded_:
+            fully_shard(model)
+        peaks[sharded_, checkpointed] = last_step_peak(model, family, rank)
+    saved, saved_sharded = peaks[False, False] - peaks[False, True], peaks[True, False] - peaks[True, True]
+    if saved <= 0 or saved_sharded < 0.75 * saved:
+        return f"step peaks {peaks}: jitckpt saves {saved} bytes, {saved_sharded} under fully_shard"
     return "ok"
 
 
@@ -169,9 +206,9 @@ def worker(rank: int, store: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     results = {}
     if not fully_shard_runs_on_cpu():
-        results = {name: NO_FSDP2_ON_CPU for name in TRAINED}
-    cases = [(n, trained_case) for n in TRAINED if n not in results] + [(n, refused_case) for n in REFUSED]
-    for name, run in cases:
+        results = {name: NO_FSDP2_ON_CPU for name in list(TRAINED) + PEAKS}
+    cases = [(n, trained_case) for n in TRAINED] + [(n, peak_case) for n in PEAKS] + [(n, refused_case) for n in REFUSED]
+    for name, run in [(name, run) for name, run in cases if name not in results]:
         try:
             results[name] = run(name, rank)
         except Exception as error:  # reported, so that the test names the case

@@ -1,8 +1,8 @@
 """FSDP2's fully_shard around a checkpointed model, two processes with gloo: losses and parameter
-shards bit-identical to fully_shard around the unmodified model, one capture for the run; sharding
-inside the model, and FullyShardedDataParallel around it, refused with what works
-(fsdp_worker.py runs the processes). PyTorch 2.6's fully_shard does not run on the CPU: there the
-refusals alone are tried."""
+shards bit-identical to fully_shard around the unmodified model, one capture for the run, what
+jitckpt saves of a step's peak saved under fully_shard too; sharding inside the model, and
+FullyShardedDataParallel around it, refused with what works (fsdp_worker.py runs the processes).
+PyTorch 2.6's fully_shard does not run on the CPU: there the refusals alone are tried."""
 import json
 import os
 import subprocess
@@ -35,7 +35,7 @@ def test_fully_shard_around_a_checkpointed_model(tmp_path):
     run = subprocess.run([sys.executable, WORKER, str(out)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0 and out.exists(), run.stderr[-3000:]
     results = json.loads(out.read_text())
-    assert len(results) == 11
+    assert len(results) == 13
     # fully_shard itself fails on the CPU in 2.6 and runs in 2.14: before 2.14, the refusals may be all
     failed = {case: result for case, result in results.items()
               if result != "ok" and not (result == NO_FSDP2_ON_CPU and TORCH < (2, 14))}
