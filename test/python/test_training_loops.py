@@ -2,8 +2,9 @@
 with a GradScaler, whose skipped steps (gradients that overflow) must be skipped alike; models
 whose layers already checkpoint themselves with torch.utils.checkpoint (Hugging Face's
 gradient_checkpointing_enable() left on); module hooks (forward hooks that change an output or
-store it, backward hooks, PyTorch's weight hooks) and parameter hooks. Each trains bit for bit like
-the model, itself trained twice first, or is refused or warned of, naming what."""
+store it, backward hooks, PyTorch's weight hooks) and parameter hooks; Python values on the model
+that the loop sets (read by forward or not). Each trains bit for bit like the model, itself trained
+twice first, or is refused or warned of, naming what."""
 import functools
 import warnings
 from typing import Any, List
@@ -271,3 +272,48 @@ def test_python_values_changed_between_steps_are_read_as_the_model_reads_them(mo
         assert len(checkpointed._captures) == 2  # the first serves again when the values come back
     else:
         assert checkpointed.front_end == "script"
+
+
+class Counted(Tempered):
+    """The same, with values that forward never reads: a step the loop keeps on the model, and the
+    batch size of the last call, which forward sets."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.last_rows = x.shape[0]
+        return super().forward(x)
+
+
+def counted_steps(model: torch.nn.Module, inner: torch.nn.Module) -> List[torch.Tensor]:
+    """Four steps, the step number set on the model before each, and a call without gradients on
+    a batch of another size after each (an evaluation: it runs the model itself)."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    record: List[torch.Tensor] = []
+    for step in range(4):
+        inner.step = step
+        x = torch.randn(8, 16, generator=torch.Generator().manual_seed(step))
+        loss = -model(x)[:, 0].mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            evaluated = model(x[:3])
+        record += [loss.detach(), evaluated] + [p.detach().clone() for p in model.parameters()]
+    return record
+
+
+def test_python_values_that_forward_does_not_read_make_no_capture():
+    def make() -> Counted:
+        torch.manual_seed(0)
+        return Counted()
+
+    plain = make()
+    reference = counted_steps(plain, plain)
+    again = make()
+    assert_same_bits(reference, counted_steps(again, again), "the model twice")
+    model = make()
+    checkpointed = jitckpt.checkpoint(model, memory_limit="min", profile_repeats=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert_same_bits(reference, counted_steps(checkpointed, model), "through jitckpt")
+    said = [str(w.message) for w in caught if "changed since jitckpt captured" in str(w.message)]
+    assert not said and len(checkpointed._captures) == 1, said

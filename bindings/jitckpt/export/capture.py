@@ -274,9 +274,11 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
     refuse_flat_parameter_views(module)  # before the plain parameters they are (use_orig_params)
     refuse_backward_hooks(module)
     _refuse_plain_parameters(module)
+    reads: python_attributes.Reads = set()
     for dynamic in (True, False):
         try:
-            with layer_drop_decided(module), functions_as_operators(), eager_mask_decisions(), host_draws() as drawn:
+            with layer_drop_decided(module), functions_as_operators(), eager_mask_decisions(), host_draws() as drawn, \
+                    python_attributes.reads_recorded(module, reads):
                 program = _export(module, args, kwargs, dynamic)
             if drawn:
                 break
@@ -298,7 +300,7 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
     if drawn:
         raise CaptureError(refusal(module, drawn))
     warn_forward_hooks(module)
-    attributes = python_attributes.record(module)  # export puts back what forward set
+    attributes = python_attributes.record(module, reads)  # export puts back what forward set
     flat, spec = flatten(args, kwargs)
     tensors = [x for x in flat if isinstance(x, torch.Tensor)]
     values = [n.meta.get("val") for n in program.graph_module.graph.nodes if n.op == "placeholder"]
