@@ -2,17 +2,12 @@
 jitckpt rewrite at the smallest limit that works, for each DDP configuration, and compare the
 all-reduced gradients and the parameters after each step bit for bit. Run by test_ddp.py:
 ddp_worker.py OUT_JSON. Rank 0 writes {config: "ok" | what differed | the error}."""
-import json
+import functools
 import os
 import sys
-import tempfile
-import traceback
-import warnings
 from contextlib import nullcontext
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -24,6 +19,7 @@ import onednn_off  # noqa: E402,F401
 import families  # noqa: E402
 from smallest_limit import at_smallest_limit  # noqa: E402
 from test_autograd_contracts import tied_family  # noqa: E402
+from two_processes import run_cases  # noqa: E402
 
 # (family, DDP options): TiedBlocks shares one projection between all its stages and ties its
 # embedding to its output layer; with an unused parameter only where DDP is told to expect one.
@@ -97,29 +93,18 @@ def compare(reference, ours) -> str:
     return "ok"
 
 
-def worker(rank: int, store: str, out: str) -> None:
-    warnings.simplefilter("ignore")
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-    results = {}
-    for key, (make_family, options) in {**CASES, **EAGER_CASES, **COMPILED_CASES}.items():
-        family = make_family()
-        compiled = key in COMPILED_CASES
-        eager = key in EAGER_CASES or compiled
-        try:
-            reference = train(family.eager(0) if eager else family.make(0), family, rank, options)
-            ours = train(rewrite(family, eager, compiled), family, rank, options)
-            results[key] = compare(reference, ours)
-        except Exception as error:  # reported, so that the test names the configuration
-            results[key] = f"error: {str(error).strip().splitlines()[0]}"
-            traceback.print_exc()
-        dist.barrier()
-    if rank == 0:
-        with open(out, "w") as f:
-            json.dump(results, f, indent=1)
-    dist.destroy_process_group()
+def case(key: str, rank: int) -> str:
+    make_family, options = {**CASES, **EAGER_CASES, **COMPILED_CASES}[key]
+    family = make_family()
+    compiled = key in COMPILED_CASES
+    eager = key in EAGER_CASES or compiled
+    reference = train(family.eager(0) if eager else family.make(0), family, rank, options)
+    return compare(reference, train(rewrite(family, eager, compiled), family, rank, options))
+
+
+def cases(rank: int):
+    return {key: functools.partial(case, key, rank) for key in {**CASES, **EAGER_CASES, **COMPILED_CASES}}
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory() as folder:
-        mp.spawn(worker, args=(os.path.join(folder, "store"), sys.argv[1]), nprocs=2)
+    run_cases(cases, sys.argv[1])

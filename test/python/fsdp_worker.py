@@ -5,16 +5,12 @@ float64, reshard_after_forward off, planned with example inputs before sharding)
 saves of a step's peak must stay saved. Where FSDP shards inside the model, or
 FullyShardedDataParallel wraps the checkpointed model, jitckpt must refuse, naming what works.
 Run by test_fsdp.py: fsdp_worker.py OUT_JSON. Rank 0 writes {case: "ok" | what differed}."""
-import json
+import functools
 import os
 import sys
-import tempfile
-import traceback
 import warnings
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -23,6 +19,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "models"))
 import jitckpt  # noqa: E402
 import onednn_off  # noqa: E402,F401
 import families  # noqa: E402
+from two_processes import run_cases  # noqa: E402
 
 STEPS = 3
 NO_FSDP2_ON_CPU = "fully_shard does not run on the CPU in this PyTorch"
@@ -200,27 +197,14 @@ def fully_shard_runs_on_cpu() -> bool:
     return True
 
 
-def worker(rank: int, store: str, out: str) -> None:
-    warnings.simplefilter("ignore")
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-    results = {}
+def cases(rank: int):
+    named = ([(n, trained_case) for n in TRAINED] + [(n, peak_case) for n in PEAKS]
+             + [(n, refused_case) for n in REFUSED])
+    runs = {name: functools.partial(run, name, rank) for name, run in named}
     if not fully_shard_runs_on_cpu():
-        results = {name: NO_FSDP2_ON_CPU for name in list(TRAINED) + PEAKS}
-    cases = [(n, trained_case) for n in TRAINED] + [(n, peak_case) for n in PEAKS] + [(n, refused_case) for n in REFUSED]
-    for name, run in [(name, run) for name, run in cases if name not in results]:
-        try:
-            results[name] = run(name, rank)
-        except Exception as error:  # reported, so that the test names the case
-            results[name] = f"error: {str(error).strip().splitlines()[0][:300]}"
-            traceback.print_exc()
-        dist.barrier()
-    if rank == 0:
-        with open(out, "w") as f:
-            json.dump(results, f, indent=1)
-    dist.destroy_process_group()
+        runs.update({name: functools.partial(str, NO_FSDP2_ON_CPU) for name in list(TRAINED) + PEAKS})
+    return runs
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory() as folder:
-        mp.spawn(worker, args=(os.path.join(folder, "store"), sys.argv[1]), nprocs=2)
+    run_cases(cases, sys.argv[1])

@@ -250,22 +250,28 @@ class TemperedBranch(Tempered):
         return (self.drop(x) / self.temperature).log_softmax(-1)
 
 
-@pytest.mark.parametrize("model_type", [Tempered, TemperedBranch], ids=["export", "torchscript"])
-def test_python_values_changed_between_steps_are_read_as_the_model_reads_them(model_type):
-    def make() -> Tempered:
+def trained_like_the_model(model_type: type, steps: Any) -> Any:
+    """`steps` (model, the module whose values the loop sets) on the model twice, then through
+    jitckpt, bit for bit: the checkpointed model, and what jitckpt said of changed values."""
+    def make() -> torch.nn.Module:
         torch.manual_seed(0)
         return model_type()
 
     plain = make()
-    reference = annealed_steps(plain, plain)
+    reference = steps(plain, plain)
     again = make()
-    assert_same_bits(reference, annealed_steps(again, again), "the model twice")
+    assert_same_bits(reference, steps(again, again), "the model twice")
     model = make()
     checkpointed = jitckpt.checkpoint(model, memory_limit="min", profile_repeats=1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert_same_bits(reference, annealed_steps(checkpointed, model), "through jitckpt")
-    said = [str(w.message) for w in caught if "changed since jitckpt captured" in str(w.message)]
+        assert_same_bits(reference, steps(checkpointed, model), "through jitckpt")
+    return checkpointed, [str(w.message) for w in caught if "changed since jitckpt captured" in str(w.message)]
+
+
+@pytest.mark.parametrize("model_type", [Tempered, TemperedBranch], ids=["export", "torchscript"])
+def test_python_values_changed_between_steps_are_read_as_the_model_reads_them(model_type):
+    checkpointed, said = trained_like_the_model(model_type, annealed_steps)
     assert len(said) == 1 and said[0].startswith(f"{model_type.__name__}'s temperature (1.0 to 0.5), drop.p (0.0 to "
                                                  "0.25) changed since jitckpt captured the model"), said
     if model_type is Tempered:
@@ -302,18 +308,5 @@ def counted_steps(model: torch.nn.Module, inner: torch.nn.Module) -> List[torch.
 
 
 def test_python_values_that_forward_does_not_read_make_no_capture():
-    def make() -> Counted:
-        torch.manual_seed(0)
-        return Counted()
-
-    plain = make()
-    reference = counted_steps(plain, plain)
-    again = make()
-    assert_same_bits(reference, counted_steps(again, again), "the model twice")
-    model = make()
-    checkpointed = jitckpt.checkpoint(model, memory_limit="min", profile_repeats=1)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert_same_bits(reference, counted_steps(checkpointed, model), "through jitckpt")
-    said = [str(w.message) for w in caught if "changed since jitckpt captured" in str(w.message)]
+    checkpointed, said = trained_like_the_model(Counted, counted_steps)
     assert not said and len(checkpointed._captures) == 1, said
