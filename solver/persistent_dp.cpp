@@ -4,9 +4,9 @@
 //
 // The DP is bound by memory traffic, not arithmetic, so its layout is chosen for the caches: rows
 // are stored compressed (StoredRow) and both row-major and column-major, so that both operands of
-// a split are read in order; cells are filled in blocks of kColumnBlock columns, so that the rows
-// those cells read stay in the core's caches; and each split relaxes only the slots where it can
-// still win (dp_kernels.h). What each choice measured: bench/results/README.md, "The solver alone".
+// a split are read in order; cells are filled in blocks of columns, so that the rows those cells
+// read stay in the caches; and each split relaxes only the slots where it can still win
+// (dp_kernels.h). What each choice measured: bench/results/README.md, "The solver alone".
 #include "solver/persistent_dp.h"
 
 #include <algorithm>
@@ -26,7 +26,16 @@ using detail::kInf;
 using detail::kRowPadding;
 using detail::SplitBase;
 
-constexpr int kColumnBlock = 8;  // columns t filled together (cache blocking)
+// Columns t filled together (cache blocking): a block reads its left rows once, so the wider
+// the fewer passes over the table, while its columns' rows (the right rows, read by every cell
+// below them) should stay in the last-level cache. The rows of a block fill at most this many
+// bytes at full width (bench/results/README.md, "The solver alone").
+constexpr size_t kColumnBlockBytes = size_t{24} << 20;
+
+int columnBlock(int L, int S) {
+  const size_t column_bytes = static_cast<size_t>(L) * (S + 1 + kRowPadding) * sizeof(float);
+  return static_cast<int>(std::clamp<size_t>(kColumnBlockBytes / column_bytes, 8, 64));
+}
 
 const Costs& validated(const Costs& chain, int64_t max_limit, int slots) {
   validate(chain);
@@ -109,8 +118,9 @@ void PersistentSolver::build() {
   // downwards and t upwards, so both are ready; zero-size shifts read the same m, which is fine
   // because those rows belong to shorter intervals. The rows (s,t') of row s are read once per
   // block instead of once per column.
-  for (int t0 = 1; t0 <= L_; t0 += kColumnBlock) {
-    const int t1 = std::min(L_, t0 + kColumnBlock - 1);
+  const int column_block = columnBlock(L_, S_);
+  for (int t0 = 1; t0 <= L_; t0 += column_block) {
+    const int t1 = std::min(L_, t0 + column_block - 1);
     for (int s = t1; s >= 1; --s) {
       bases.resize(static_cast<size_t>(std::max(0, t1 - s)));
       // Rows (s, s'-1) that lie in this block are built here, each just before its split is read.
