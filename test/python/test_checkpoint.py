@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 import jitckpt
+from jitckpt.export import capture
 
 import families
 
@@ -293,6 +294,20 @@ def test_verbose_says_how_the_stage_times_were_calibrated(capfd):
 def test_impossible_limit_says_the_smallest_that_works(profiled):
     with pytest.raises(RuntimeError, match="smallest limit that works is"):
         jitckpt.checkpoint(scripted(), (X,), memory_limit=1000, reuse_profile_of=profiled)
+
+
+@pytest.mark.skipif(capture.available(), reason="from 2.6 such a module goes through torch.export (test_eager_modules)")
+def test_a_module_that_fails_to_script_keeps_its_parametrized_weights():
+    """Scripting reads a parametrized weight, which steps spectral_norm's power iteration (in
+    training mode, in place on its buffers): a module refused keeps the buffers it had."""
+    from torch.nn.utils.parametrizations import spectral_norm
+    torch.manual_seed(0)
+    model = nn.Sequential(*[spectral_norm(nn.Linear(16, 16)) for _ in range(3)]).train()
+    before = [t.clone() for t in model.state_dict().values()]
+    with pytest.raises(TypeError, match="could not be scripted"):
+        jitckpt.checkpoint(model, memory_limit="min")
+    for i, (a, b) in enumerate(zip(before, model.state_dict().values())):
+        assert torch.equal(a, b), f"tensor {i} of the state changed"
 
 
 def test_bad_inputs_are_clear_errors(profiled):

@@ -2,7 +2,7 @@
 own warnings kept from the user where jitckpt itself scripts or loads a module."""
 import contextlib
 import warnings
-from typing import Any, Iterator
+from typing import Any, Iterator, List, Tuple
 
 import torch
 
@@ -17,6 +17,25 @@ def quiet_torchscript() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def parametrizations_kept(module: torch.nn.Module) -> Iterator[None]:
+    """Scripting reads every attribute, properties included, and a parametrized weight computes
+    itself at each read: spectral_norm's, in training mode, steps its power iteration and updates
+    its buffers in place. What scripting changed of the parametrizations' buffers is put back, so
+    that an attempt, failed or not, leaves the model as it was."""
+    saved: List[Tuple[torch.Tensor, int, torch.Tensor]] = []
+    for sub in module.modules():
+        if isinstance(sub, torch.nn.utils.parametrize.ParametrizationList):
+            saved.extend((b, b._version, b.detach().clone()) for b in sub.buffers())
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, version, value in saved:
+                if buffer._version != version:
+                    buffer.copy_(value)
+
+
 def script(module: Any) -> torch.jit.ScriptModule:
     """The module as TorchScript: a scripted one as it is, an nn.Module scripted, or a TypeError
     that says what to do."""
@@ -24,7 +43,7 @@ def script(module: Any) -> torch.jit.ScriptModule:
         return module
     if isinstance(module, torch.nn.Module):
         try:
-            with quiet_torchscript():
+            with quiet_torchscript(), parametrizations_kept(module):
                 return torch.jit.script(module)
         except Exception as error:  # the scripting error says which line fails
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
