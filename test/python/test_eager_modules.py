@@ -598,6 +598,41 @@ def assert_equal_tensors(reference: List[torch.Tensor], other: List[torch.Tensor
         assert torch.equal(a, b), f"{what}, tensor {i}: max difference {(a.double() - b.double()).abs().max()}"
 
 
+def test_a_model_moved_to_another_dtype_plans_again_without_a_warning():
+    """model.double() after steps in float32: its buffers are new tensors, in float64, and the
+    next call captures and plans again, as for any new dtype, bit for bit and without the warning
+    meant for tensors replaced by others."""
+
+    def build() -> torch.nn.Module:
+        torch.manual_seed(0)
+        layers: List[torch.nn.Module] = []
+        for i in range(4):
+            layers += [torch.nn.Conv2d(3 if i == 0 else 8, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()]
+        return torch.nn.Sequential(*layers, torch.nn.Flatten(), torch.nn.Linear(8 * 16 * 16, 4))
+
+    def steps(model: torch.nn.Module) -> List[torch.Tensor]:
+        record = []
+        for dtype in (torch.float32, torch.float64):
+            model.to(dtype)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+            for i in range(2):
+                x = torch.randn(16, 3, 16, 16, generator=torch.Generator().manual_seed(i), dtype=dtype)
+                loss = model(x).square().mean()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                record.append(loss.detach().clone())
+        return record + [t.detach().clone() for t in model.state_dict().values()]
+
+    reference = steps(build())
+    assert_equal_tensors(reference, steps(build()), "eager twice")
+    checkpointed = jitckpt.checkpoint(build(), memory_limit="min", profile_repeats=1)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*another tensor")
+        assert_equal_tensors(reference, steps(checkpointed), "through jitckpt")
+    assert [dtype for dtype in jitckpt.plan(checkpointed)["input_types"] if "Double" in str(dtype)]
+
+
 def test_example_inputs_plan_now_and_no_grad_calls_run_the_model():
     family = families.FAMILIES["llama"]("test")
     model = jitckpt.checkpoint(family.eager(0), family.inputs, memory_limit="min", profile_repeats=1)

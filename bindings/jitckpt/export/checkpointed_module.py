@@ -51,6 +51,16 @@ def _jitckpt_errors_alone() -> Iterator[None]:
         raise RuntimeError(text[start:].strip()) from None
 
 
+def _converted(held: List[Optional[torch.Tensor]], tensors: List[Optional[torch.Tensor]]) -> bool:
+    """Whether every tensor the model holds now is the one held before, or one in its place with
+    another dtype or device (`nn.Module.to`, `.double()`: buffers are new tensors, as parameters are
+    where PyTorch is set to overwrite them)."""
+    if len(held) != len(tensors):
+        return False
+    return all(a is b or (a is not None and b is not None and (a.dtype, a.device) != (b.dtype, b.device))
+               for a, b in zip(held, tensors))
+
+
 class CheckpointedModule(torch.nn.Module):
     """`module` trained within a memory limit; `.module` is the model itself."""
 
@@ -167,14 +177,16 @@ class CheckpointedModule(torch.nn.Module):
         """The captures and the fallback hold the model's parameters and buffers as they were made
         with (`tensors`: capture.model_state's): where the model holds other tensors now
         (`load_state_dict(..., assign=True)`, a layer replaced, `torch.func.functional_call`), they
-        would train the old ones, silently. They go, with a warning, and the call captures again."""
+        would train the old ones, silently. They go, with a warning, and the call captures again. A
+        model moved to another dtype or device (`model.double()`, `.to("cuda")`) plans again without
+        one, as any call with new dtypes or devices does."""
         held = self._tensors
         if held is None or (len(held) == len(tensors) and all(a is b for a, b in zip(held, tensors))):
             self._tensors = tensors
             return
         refuse_flat_parameter_views(self.module)  # before anything changes: the next call is refused too
         self._tensors = tensors
-        if (self._captures or self._scripted is not None) and not is_sharded(self):  # fully_shard swaps them in
+        if (self._captures or self._scripted is not None) and not is_sharded(self) and not _converted(held, tensors):
             kept = {id(t) for t in held}
             named = list(self.module.named_parameters()) + list(self.module.named_buffers())
             changed = next((name for name, t in named if id(t) not in kept), None)
