@@ -5,6 +5,8 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -75,10 +77,15 @@ Tensors castWeights(const ChainStages& stages, const ChainArguments& arguments) 
 
 InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments) {
   InputKey key;
+  // Which tensors take gradients is part of the key: it decides what backward holds (an input's
+  // gradient, the parameters'), so a layer unfrozen after planning, or an input that now requires
+  // grad, gets a plan of its own.
   auto add = [&](const at::Tensor& t) {
     key.shapes.push_back(t.defined() ? t.sizes().vec() : std::vector<int64_t>{});
-    key.types.push_back(typeOf(t));
+    key.types.push_back(typeOf(t) + (t.defined() && t.requires_grad() ? " requiring grad" : ""));
   };
+  size_t parameters = 0, frozen = 0;
+  uint64_t frozen_set = 14695981039346656037ull;  // FNV-1a over the frozen parameters' positions
   for (const auto& t : arguments.inputs) add(t);
   std::vector<std::string> parameter_types;
   std::vector<std::pair<at::ScalarType, c10::Device>> parameter_kinds;
@@ -93,6 +100,13 @@ InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments) {
     } else if (kind != LiftedKind::Scalar && position < arguments.lifted_tensors.size() &&
                arguments.lifted_tensors[position].defined()) {
       const at::Tensor& t = arguments.lifted_tensors[position];
+      if (kind == LiftedKind::Parameter) {
+        ++parameters;
+        if (!t.requires_grad()) {
+          ++frozen;
+          frozen_set = (frozen_set ^ k) * 1099511628211ull;
+        }
+      }
       // Named once per (dtype, device): thousands of parameters share a few.
       if (std::none_of(parameter_kinds.begin(), parameter_kinds.end(), [&](const auto& seen) {
             return seen.first == t.scalar_type() && seen.second == t.device();
@@ -103,18 +117,24 @@ InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments) {
     }
   }
   std::sort(parameter_types.begin(), parameter_types.end());
-  std::string parameters = "parameters and buffers:";
-  for (const auto& type : parameter_types) parameters += " " + type;
+  std::string described = "parameters and buffers:";
+  for (const auto& type : parameter_types) described += " " + type;
+  if (frozen > 0) {
+    char set[20];
+    std::snprintf(set, sizeof set, "%016llx", static_cast<unsigned long long>(frozen_set));
+    described += ", " + std::to_string(frozen) + " of " + std::to_string(parameters) +
+                 " parameters frozen (set " + set + ")";
+  }
   // Under autocast the stages hold other tensors (casts, activations in another dtype).
   const AutocastState autocast = AutocastState::current();
   if (const auto device = chainDevice(arguments)) {
     if (device->is_cpu() && autocast.cpu) {
-      parameters += ", under autocast to " + std::string(c10::toString(autocast.cpu_dtype));
+      described += ", under autocast to " + std::string(c10::toString(autocast.cpu_dtype));
     } else if (device->is_cuda() && autocast.cuda) {
-      parameters += ", under autocast to " + std::string(c10::toString(autocast.cuda_dtype));
+      described += ", under autocast to " + std::string(c10::toString(autocast.cuda_dtype));
     }
   }
-  key.types.push_back(parameters);
+  key.types.push_back(described);
   return key;
 }
 

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import jitckpt
+from jitckpt.export import capture
 
 X = torch.randn(256, 64)
 
@@ -211,3 +212,43 @@ def test_which_stages_copy_their_gradients_travels_with_the_plan(tmp_path):
         (reused(x) * weights).sum().backward()
     peak = memory.peak + x.numel() * x.element_size()
     assert peak <= jitckpt.plan(reused)["memory_limit"] + 1024, (peak, jitckpt.plan(reused)["memory_limit"])
+
+
+SMALL_X = torch.randn(16, 64)
+
+
+def frozen_then_unfrozen_steps(make_checkpointed):
+    """Fine-tuning that unfreezes the backbone after a step: the plan made with its layers frozen
+    holds none of their gradients, so the steps after get a plan of their own. Returns each step's
+    peak (the chain's input added back, as the plan counts it) beside the limit of the plan it ran,
+    and the gradients of the last step. A small batch, so that the gradients weigh."""
+    torch.manual_seed(0)
+    eager = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.Tanh()) for _ in range(8)]).train()
+    model = make_checkpointed(eager)
+    steps = []
+    for frozen in (True, False, True, False):
+        for p in eager[:4].parameters():
+            p.requires_grad_(not frozen)
+        model.zero_grad(set_to_none=True)
+        with jitckpt.cpu_memory() as memory, torch.jit.optimized_execution(False):
+            model(SMALL_X).sum().backward()
+        limit = jitckpt.plan(model)["memory_limit"] if model is not eager else None
+        steps.append((memory.peak + SMALL_X.numel() * SMALL_X.element_size(), limit))
+    return steps, [p.grad for p in model.parameters()]
+
+
+@pytest.mark.parametrize("front_end", ["script", "export"])
+def test_layers_unfrozen_after_planning_get_a_plan_of_their_own(front_end):
+    if front_end == "export" and not capture.available():
+        pytest.skip("torch.export's training capture needs PyTorch 2.6")
+
+    def checkpointed(eager):
+        module = torch.jit.script(eager) if front_end == "script" else eager
+        return jitckpt.checkpoint(module, memory_limit="min", profile_repeats=1)
+
+    steps, grads = frozen_then_unfrozen_steps(checkpointed)
+    assert steps[1][1] > steps[0][1], "the unfrozen layers' gradients were not planned for"
+    for i, (peak, limit) in enumerate(steps):
+        assert peak <= limit + 1024, f"step {i}: peak {peak} bytes over the limit {limit}"
+    _, expected = frozen_then_unfrozen_steps(lambda eager: eager)
+    assert all(torch.equal(a, b) for a, b in zip(expected, grads))
