@@ -252,3 +252,26 @@ def test_layers_unfrozen_after_planning_get_a_plan_of_their_own(front_end):
         assert peak <= limit + 1024, f"step {i}: peak {peak} bytes over the limit {limit}"
     _, expected = frozen_then_unfrozen_steps(lambda eager: eager)
     assert all(torch.equal(a, b) for a, b in zip(expected, grads))
+
+
+def test_an_input_that_requires_grad_after_planning_gets_a_plan_of_its_own():
+    """Adversarial training asks for the input's gradient on some steps (x.requires_grad_()): the
+    chain's backward then holds it too, so such a step gets a plan of its own, and the same
+    gradient as the model's."""
+    torch.manual_seed(0)
+    eager = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.Tanh()) for _ in range(8)]).train()
+    model = jitckpt.checkpoint(torch.jit.script(eager), memory_limit="min", profile_repeats=1)
+    limits, input_grads = [], []
+    for requires_grad in (False, True, False):
+        x = SMALL_X.clone().requires_grad_(requires_grad)
+        model.zero_grad(set_to_none=True)
+        with jitckpt.cpu_memory() as memory, torch.jit.optimized_execution(False):
+            model(x).sum().backward()
+        limits.append(jitckpt.plan(model)["memory_limit"])
+        input_grads.append(x.grad)
+        peak = memory.peak + x.numel() * x.element_size()
+        assert peak <= limits[-1] + 1024, f"requires_grad={requires_grad}: peak {peak} bytes over {limits[-1]}"
+    assert limits[1] > limits[0] == limits[2], limits
+    expected = SMALL_X.clone().requires_grad_()
+    eager(expected).sum().backward()
+    assert input_grads[0] is None and input_grads[2] is None and torch.equal(input_grads[1], expected.grad)
