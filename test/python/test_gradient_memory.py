@@ -217,13 +217,17 @@ def test_which_stages_copy_their_gradients_travels_with_the_plan(tmp_path):
 SMALL_X = torch.randn(16, 64)
 
 
+def eight_layers():
+    torch.manual_seed(0)
+    return nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.Tanh()) for _ in range(8)]).train()
+
+
 def frozen_then_unfrozen_steps(make_checkpointed):
     """Fine-tuning that unfreezes the backbone after a step: the plan made with its layers frozen
     holds none of their gradients, so the steps after get a plan of their own. Returns each step's
     peak (the chain's input added back, as the plan counts it) beside the limit of the plan it ran,
     and the gradients of the last step. A small batch, so that the gradients weigh."""
-    torch.manual_seed(0)
-    eager = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.Tanh()) for _ in range(8)]).train()
+    eager = eight_layers()
     model = make_checkpointed(eager)
     steps = []
     for frozen in (True, False, True, False):
@@ -258,8 +262,7 @@ def test_an_input_that_requires_grad_after_planning_gets_a_plan_of_its_own():
     """Adversarial training asks for the input's gradient on some steps (x.requires_grad_()): the
     chain's backward then holds it too, so such a step gets a plan of its own, and the same
     gradient as the model's."""
-    torch.manual_seed(0)
-    eager = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.Tanh()) for _ in range(8)]).train()
+    eager = eight_layers()
     model = jitckpt.checkpoint(torch.jit.script(eager), memory_limit="min", profile_repeats=1)
     limits, input_grads = [], []
     for requires_grad in (False, True, False):
