@@ -135,6 +135,7 @@ py::dict solutionInfo(const jitckpt::Plan& plan) {
   info["predicted_peak"] = s.predicted_peak;
   info["predicted_time_ms"] = s.predicted_time;
   info["unconstrained_peak"] = s.unconstrained_peak;
+  info["prologue_gradient_bytes"] = s.prologue_gradient_bytes;
   info["schedule"] = jitckpt::solver::toString(s.schedule);
   // The stages a training call runs as one (without autocast): [first, last] of each.
   const auto grouped = plan.chainToRun(jitckpt::RunAs::Grouped);

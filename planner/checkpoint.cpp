@@ -131,6 +131,20 @@ int64_t epilogueGradientBytes(const torch::jit::Module& module, const Partition&
   return gradientBytesOf(module, [&](const std::string& name) { return paths.count(name) > 0; });
 }
 
+// ... of the parameters that the prologue reads and the chain and epilogue do not.
+int64_t prologueGradientBytes(const torch::jit::Module& module, const Partition& partition) {
+  std::set<std::string> elsewhere;
+  for (const LiftedInput& l : partition.lifted) {
+    if (l.kind == LiftedKind::Parameter) elsewhere.insert(l.name);
+  }
+  for (const std::string& path : epilogueAttributePaths(partition)) elsewhere.insert(path);
+  const std::vector<std::string> read = prologueAttributePaths(partition);
+  const std::set<std::string> paths(read.begin(), read.end());
+  return gradientBytesOf(module, [&](const std::string& name) {
+    return paths.count(name) > 0 && !elsewhere.count(name);
+  });
+}
+
 }  // namespace
 
 torch::jit::Module checkpoint(const torch::jit::Module& module,
@@ -157,6 +171,7 @@ torch::jit::Module checkpoint(const torch::jit::Module& module,
   const ChainArguments& arguments = prologue.arguments;
   SolveOptions solve_options{options.strategy, options.slots, options.segments, options.given};
   solve_options.epilogue_gradient_bytes = epilogueGradientBytes(cloned.module, cloned.partition);
+  solve_options.prologue_gradient_bytes = prologueGradientBytes(cloned.module, cloned.partition);
   const int64_t outside_bytes = outsideGradientBytes(cloned.module, cloned.partition);
   availableForActivations(limit, arguments, outside_bytes, solve_options);
   Solution solution = solveCosts(measuredCosts(stages, prologue, limit, options, report), limit,
@@ -185,6 +200,7 @@ torch::jit::Module checkpoint(const torch::jit::Module& module, const MemoryLimi
   solution.profile_repeats = profileRepeats(options, kFirstCallProfileRepeats);
   solution.outside_gradient_bytes = outsideGradientBytes(cloned.module, cloned.partition);
   solution.epilogue_gradient_bytes = epilogueGradientBytes(cloned.module, cloned.partition);
+  solution.prologue_gradient_bytes = prologueGradientBytes(cloned.module, cloned.partition);
   auto plan = c10::make_intrusive<Plan>(chainStagesOf(cloned.partition), std::move(solution));
   plan->setVerbose(options.verbose);
   plan->setStageSource(

@@ -74,6 +74,7 @@ class ProfilingReplanner final : public Replanner {
     if (at_least) costs = solver::largestOf(costs, at_least->solution().costs);
     SolveOptions solve_options{old.strategy, old.slots, old.segments, old.given};
     solve_options.epilogue_gradient_bytes = old.epilogue_gradient_bytes;
+    solve_options.prologue_gradient_bytes = old.prologue_gradient_bytes;
     // Once one plan of this module was made, other shapes plan against what its limit meant
     // there, and a shape no schedule fits runs at its smallest rather than stopping training.
     solve_options.least_fraction_bytes = limitSoFar(planned);

@@ -20,7 +20,8 @@ solver::Selection selectWith(const solver::Costs& costs, const SolveOptions& opt
                              Select&& select) {
   const int stages = costs.length() - 1;  // periodic schedules segment the model's stages only
   try {
-    return select(solver::SelectOptions{options.slots, options.segments, stages, options.given});
+    return select(solver::SelectOptions{options.slots, options.segments, stages, options.given,
+                                        options.prologue_gradient_bytes});
   } catch (const std::invalid_argument& e) {
     TORCH_CHECK(false, e.what());
   }
@@ -143,13 +144,17 @@ Solution solveCosts(solver::Costs costs, const solver::MemoryLimit& limit,
   s.costs.wg.resize(s.costs.uf.size(), 0);
   s.costs.wg.back() = options.epilogue_gradient_bytes;
   s.epilogue_gradient_bytes = options.epilogue_gradient_bytes;
+  s.prologue_gradient_bytes = options.prologue_gradient_bytes;
   s.strategy = options.strategy;
   s.slots = options.slots;
   s.segments = options.segments;
   s.given = options.given;
   s.input_key = std::move(input_key);
   s.requested_limit = limit;
-  s.unconstrained_peak = solver::simulate(s.costs, solver::noCheckpointSchedule(s.costs)).peak;
+  const int64_t floor = solver::peakFloor(
+      s.costs, solver::SelectOptions{options.slots, 0, -1, {}, options.prologue_gradient_bytes});
+  s.unconstrained_peak =
+      std::max(solver::simulate(s.costs, solver::noCheckpointSchedule(s.costs)).peak, floor);
   auto [bytes, selection] =
       selectForLimit(limit, s.costs, s.unconstrained_peak, options, s.input_key);
   s.memory_limit = bytes;
@@ -165,8 +170,16 @@ Solution solveCosts(solver::Costs costs, const solver::MemoryLimit& limit,
   s.schedule = std::move(selection.schedule);
   s.predicted_peak = selection.peak;
   s.predicted_time = selection.time;
-  if (options.strategy == solver::Strategy::Optimal)
-    s.curve = solver::optimalCurve(s.costs, options.slots);
+  if (options.strategy == solver::Strategy::Optimal) {
+    // (limits below the floor are the floor: their points become one there)
+    for (const solver::CurvePoint& p : solver::optimalCurve(s.costs, options.slots)) {
+      const solver::CurvePoint at{std::max(p.limit, floor), p.time};
+      if (!s.curve.empty() && s.curve.back().limit == at.limit)
+        s.curve.back() = at;
+      else
+        s.curve.push_back(at);
+    }
+  }
   return s;
 }
 

@@ -36,6 +36,8 @@ struct SolveOptions {
   // Gradients of the epilogue's parameters, held through the chain's backward: solveCosts makes
   // them the terminal stage's wg (Solution::epilogue_gradient_bytes).
   int64_t epilogue_gradient_bytes = 0;
+  // Gradients of the parameters only the prologue reads (Solution::prologue_gradient_bytes).
+  int64_t prologue_gradient_bytes = 0;
   // Re-plans for other inputs. A fraction resolves to no fewer bytes than this: the largest
   // budget planned so far, so that a smaller shape is not held to a smaller budget.
   int64_t least_fraction_bytes = 0;

@@ -50,6 +50,10 @@ struct Solution {
   // Gradient bytes of the parameters the epilogue reads (a classifier head): made before the
   // chain's backward and held through it, so the costs count them as the terminal stage's wg.
   int64_t epilogue_gradient_bytes = 0;
+  // Gradient bytes of the parameters only the prologue reads (a learned position embedding): made
+  // after the chain's backward, beside all the gradients it made, so every peak is at least the
+  // two together (solver::SelectOptions::after_backward_bytes).
+  int64_t prologue_gradient_bytes = 0;
   int profile_repeats = 5;  // timed runs per stage when profiling for other inputs
   // A re-plan for inputs where no schedule fits the requested limit: memory_limit is their
   // smallest (SolveOptions::smallest_when_infeasible). Process-local, never saved.

@@ -30,6 +30,7 @@ Json solutionToJson(const Solution& s) {
   meta["requested_limit"] = s.requested_limit.toText();
   meta["outside_gradient_bytes"] = s.outside_gradient_bytes;
   meta["epilogue_gradient_bytes"] = s.epilogue_gradient_bytes;
+  meta["prologue_gradient_bytes"] = s.prologue_gradient_bytes;
   meta["profile_repeats"] = s.profile_repeats;
   if (s.strategy == solver::Strategy::Given) meta["given_schedule"] = solver::toString(s.given);
   if (s.deferred) {  // planned where it runs
@@ -59,12 +60,14 @@ Solution solutionFromJson(const Json& meta) {
                          meta.at("slots").get<int>(), meta.value("segments", 0), given);
     s.outside_gradient_bytes = meta.value("outside_gradient_bytes", int64_t{0});
     s.epilogue_gradient_bytes = meta.value("epilogue_gradient_bytes", int64_t{0});
+    s.prologue_gradient_bytes = meta.value("prologue_gradient_bytes", int64_t{0});
     s.profile_repeats = meta.value("profile_repeats", 3);
     return s;
   }
   Solution s;
   s.outside_gradient_bytes = meta.value("outside_gradient_bytes", int64_t{0});
   s.epilogue_gradient_bytes = meta.value("epilogue_gradient_bytes", int64_t{0});
+  s.prologue_gradient_bytes = meta.value("prologue_gradient_bytes", int64_t{0});
   s.profile_repeats = meta.value("profile_repeats", 5);
   s.costs = solver::costsFromJson(meta.at("costs").dump());
   s.schedule = solver::parseSchedule(meta.at("schedule").get<std::string>());

@@ -180,6 +180,7 @@ SimulationResult simulate(const Costs& chain, const Schedule& schedule) {
   }
   result.valid = true;
   result.complete = delta[0];
+  if (result.complete) result.end_bytes = held();
   result.recomputations = std::max(0, forwards - L);
   return result;
 }

@@ -40,6 +40,9 @@ struct SimulationResult {
   int64_t peak = 0;           // max over ops of held + produced + overhead
   double time = 0;            // sum of op durations
   int recomputations = 0;     // forward ops beyond one per stage
+  // Complete: what stays held once delta^0 is made (the parameter gradients, delta^0, the caller's
+  // output), the same for every complete sequence of a chain.
+  int64_t end_bytes = 0;
 };
 
 SimulationResult simulate(const Costs& chain, const Schedule& schedule);

@@ -13,27 +13,31 @@
 namespace jitckpt::solver {
 namespace {
 
-// Keeps the fastest valid candidate that fits, and the smallest peak of any candidate.
+// Keeps the fastest valid candidate that fits, and the smallest peak of any candidate, each peak
+// raised to `floor` (peakFloor).
 class Candidates {
  public:
-  Candidates(const Costs& chain, int64_t limit) : chain_(chain), limit_(limit) {}
+  Candidates(const Costs& chain, int64_t limit, int64_t floor)
+      : chain_(chain), limit_(limit), floor_(floor) {}
 
   void consider(const Schedule& schedule, const std::string& origin, int segments = 0) {
     const SimulationResult sim = simulate(chain_, schedule);
     if (!sim.valid || !sim.complete) return;
-    noteSmallest(sim.peak);
-    if (sim.peak > limit_ || (best_.feasible && sim.time >= best_.time)) return;
+    const int64_t peak = std::max(sim.peak, floor_);
+    noteSmallest(peak);
+    if (peak > limit_ || (best_.feasible && sim.time >= best_.time)) return;
     best_.feasible = true;
     best_.schedule = schedule;
     best_.time = sim.time;
-    best_.peak = sim.peak;
+    best_.peak = peak;
     best_.origin = origin;
     best_.segments = segments;
   }
   // Infeasible: the DP's smallest limit (at its resolution) is a limit that works.
   void consider(const SolveResult& solved, const std::string& origin) {
     if (solved.feasible) consider(solved.schedule, origin);
-    if (!solved.feasible && solved.min_feasible_limit > 0) noteSmallest(solved.min_feasible_limit);
+    if (!solved.feasible && solved.min_feasible_limit > 0)
+      noteSmallest(std::max(solved.min_feasible_limit, floor_));
   }
   bool anyFits() const { return best_.feasible; }
   Selection take() {
@@ -45,6 +49,7 @@ class Candidates {
   void noteSmallest(int64_t peak) { smallest_ = smallest_ < 0 ? peak : std::min(smallest_, peak); }
   const Costs& chain_;
   int64_t limit_;
+  int64_t floor_;
   int64_t smallest_ = -1;
   Selection best_;
 };
@@ -59,7 +64,8 @@ std::string describe(Strategy strategy) {
 
 std::string infeasibleMessage(const Costs& chain, int64_t limit, Strategy strategy,
                               const Selection& selection, const SelectOptions& options) {
-  const int64_t unconstrained = simulate(chain, noCheckpointSchedule(chain)).peak;
+  const int64_t unconstrained =
+      std::max(simulate(chain, noCheckpointSchedule(chain)).peak, peakFloor(chain, options));
   std::string text = "no " + describe(strategy) + " schedule";
   if (strategy == Strategy::Periodic && options.segments > 0)
     text += " with " + std::to_string(options.segments) + " segments";
@@ -75,6 +81,8 @@ std::string infeasibleMessage(const Costs& chain, int64_t limit, Strategy strate
   // Gradients the backward ends up holding are a floor no schedule goes below.
   if (gradients > 0)
     text += "; the chain's parameter gradients alone take " + formatBytes(gradients);
+  if (options.after_backward_bytes > 0)
+    text += ", and those made after its backward " + formatBytes(options.after_backward_bytes);
   if (!chain.runs_once.empty() && (strategy == Strategy::Periodic || strategy == Strategy::Revolve))
     text += "; stage " + std::to_string(chain.runs_once.front()) +
             " runs forward once (its random draws cannot be replayed), and this strategy "
@@ -132,6 +140,11 @@ void considerSmallestPeak(Candidates& candidates, const Costs& chain, int64_t li
 
 }  // namespace
 
+int64_t peakFloor(const Costs& chain, const SelectOptions& options) {
+  if (options.after_backward_bytes <= 0) return 0;
+  return simulate(chain, noCheckpointSchedule(chain)).end_bytes + options.after_backward_bytes;
+}
+
 Strategy parseStrategy(const std::string& name) {
   if (name == "optimal") return Strategy::Optimal;
   if (name == "periodic") return Strategy::Periodic;
@@ -165,9 +178,11 @@ void checkSlots(const SelectOptions& options) {
                                 std::to_string(options.slots));
 }
 
-// The given schedule, simulated; std::invalid_argument where it is not valid and complete.
-SimulationResult simulateGiven(const Costs& chain, const Schedule& given) {
-  const SimulationResult sim = simulate(chain, given);
+// The given schedule, simulated, its peak raised to peakFloor; std::invalid_argument where it is
+// not valid and complete.
+SimulationResult simulateGiven(const Costs& chain, const SelectOptions& options) {
+  const Schedule& given = options.given;
+  SimulationResult sim = simulate(chain, given);
   if (!sim.valid) {
     throw std::invalid_argument("the given schedule is not valid for this chain of " +
                                 std::to_string(chain.length()) + " stages (the last one the " +
@@ -178,6 +193,7 @@ SimulationResult simulateGiven(const Costs& chain, const Schedule& given) {
     throw std::invalid_argument(
         "the given schedule ends before B(1): it must compute the gradient of every stage");
   }
+  sim.peak = std::max(sim.peak, peakFloor(chain, options));
   return sim;
 }
 
@@ -196,7 +212,7 @@ Selection selectSchedule(const Costs& chain, int64_t limit, Strategy strategy,
                          const SelectOptions& options) {
   checkSlots(options);
   if (strategy == Strategy::Given) {
-    const SimulationResult sim = simulateGiven(chain, options.given);
+    const SimulationResult sim = simulateGiven(chain, options);
     if (sim.peak <= limit) return givenSelection(sim, options.given);
     Selection selection;
     selection.min_feasible_limit = sim.peak;
@@ -205,7 +221,7 @@ Selection selectSchedule(const Costs& chain, int64_t limit, Strategy strategy,
                         formatBytes(limit) + "; raise the limit, or give another schedule";
     return selection;
   }
-  Candidates candidates(chain, limit);
+  Candidates candidates(chain, limit, peakFloor(chain, options));
   switch (strategy) {
     case Strategy::Optimal:
       // Where no checkpointing fits, it is optimal and no table is needed: every schedule runs
@@ -243,7 +259,7 @@ Selection selectSchedule(const Costs& chain, int64_t limit, Strategy strategy,
 Selection selectSmallest(const Costs& chain, Strategy strategy, const SelectOptions& options) {
   checkSlots(options);
   if (strategy == Strategy::Given)
-    return givenSelection(simulateGiven(chain, options.given), options.given);
+    return givenSelection(simulateGiven(chain, options), options.given);
   if (strategy == Strategy::Periodic || strategy == Strategy::None) {
     const Selection below = selectSchedule(chain, 0, strategy, options);
     if (below.feasible || below.min_feasible_limit < 0) return below;
@@ -256,8 +272,14 @@ Selection selectSmallest(const Costs& chain, Strategy strategy, const SelectOpti
     none.message = infeasibleMessage(chain, 0, strategy, none, options);
     return none;
   }
-  Candidates candidates(chain, least.limit);
+  const int64_t floor = peakFloor(chain, options);
+  Candidates candidates(chain, std::max(least.limit, floor), floor);
   considerTablesAbove(candidates, chain, least.limit, options.slots, revolve_only);
+  // (where the floor is above the chain's own smallest peak, the table at the floor's limit)
+  if (floor > least.limit)
+    candidates.consider(revolve_only ? solveRevolve(chain, floor, options.slots)
+                                     : solveOptimal(chain, floor, options.slots),
+                        revolve_only ? "revolve-style" : "persistent DP");
   candidates.consider(least.schedule, "smallest peak");
   if (strategy == Strategy::Optimal) {
     considerPeriodic(candidates, chain, 1, -1, options);

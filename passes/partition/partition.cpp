@@ -101,4 +101,13 @@ std::vector<std::string> epilogueAttributePaths(const Partition& partition) {
   return {paths.begin(), paths.end()};
 }
 
+std::vector<std::string> prologueAttributePaths(const Partition& partition) {
+  std::set<std::string> paths;
+  for (const torch::jit::Node* n : partition.graph->block()->nodes()) {
+    if (n == partition.first_node) break;
+    collectAttributeReads(n, paths);
+  }
+  return {paths.begin(), paths.end()};
+}
+
 }  // namespace jitckpt

@@ -95,6 +95,10 @@ struct PartitionOptions {
 // chain's backward starts and held through it.
 std::vector<std::string> epilogueAttributePaths(const Partition& partition);
 
+// ... that the prologue (the nodes before the chain region) reads. Gradients of such parameters
+// that the chain does not read are made after the chain's backward ends.
+std::vector<std::string> prologueAttributePaths(const Partition& partition);
+
 // `graph` must be inlined (no prim::CallMethod / CallFunction); it is taken over, not copied.
 Partition partitionGraph(std::shared_ptr<torch::jit::Graph> graph,
                          const PartitionOptions& options = {}, const ValueBytes& bytes = {});

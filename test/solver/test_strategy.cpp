@@ -258,3 +258,46 @@ TEST(Strategy, AStageThatRunsOnceIsNeverRecomputed) {
   }
   EXPECT_GT(constrained, 5);
 }
+
+// SelectOptions::after_backward_bytes: what every complete schedule holds at its end, and those
+// bytes beside it, bound every peak from below; the selections count it, and so does "min".
+TEST(Strategy, BytesMadeAfterTheBackwardRaiseEveryPeakToTheFloor) {
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Costs chain = randomCosts(3 + static_cast<int>(seed % 10), seed, 50, 20);
+    chain.wg.assign(chain.uf.size(), 0);
+    for (size_t l = 1; l < chain.wg.size(); ++l) chain.wg[l] = static_cast<int64_t>((seed * l) % 7);
+    const int64_t end = simulate(chain, noCheckpointSchedule(chain)).end_bytes;
+    for (int k = 1; k <= chain.length(); ++k)
+      EXPECT_EQ(simulate(chain, periodicSchedule(chain, k)).end_bytes, end);
+    const MinimalPeak least = minimalPeak(chain);
+    // Below the chain's own smallest peak, the floor changes nothing.
+    SelectOptions low{kCoarseSlots};
+    low.after_backward_bytes = 1;
+    ASSERT_LT(peakFloor(chain, low), least.limit);
+    EXPECT_EQ(selectSmallest(chain, Strategy::Optimal, low).peak, least.limit);
+    // Above it, the floor is the smallest limit, and the fastest schedule there is chosen.
+    SelectOptions high{kCoarseSlots};
+    high.after_backward_bytes = least.limit - end + 1 + static_cast<int64_t>(seed);
+    const int64_t floor = peakFloor(chain, high);
+    ASSERT_EQ(floor, end + high.after_backward_bytes);
+    for (Strategy strategy : {Strategy::Optimal, Strategy::Revolve, Strategy::Periodic}) {
+      const Selection smallest = selectSmallest(chain, strategy, high);
+      ASSERT_TRUE(smallest.feasible) << smallest.message;
+      EXPECT_EQ(smallest.peak, std::max(floor, selectSmallest(chain, strategy, low).peak));
+      EXPECT_LE(simulate(chain, smallest.schedule).peak, smallest.peak);
+      const Selection below = selectSchedule(chain, smallest.peak - 1, strategy, high);
+      EXPECT_FALSE(below.feasible);
+      EXPECT_EQ(below.min_feasible_limit, smallest.peak);
+      EXPECT_NE(below.message.find("made after its backward"), std::string::npos) << below.message;
+    }
+    const Selection at = selectSchedule(chain, floor, Strategy::Optimal, high);
+    ASSERT_TRUE(at.feasible) << at.message;
+    EXPECT_EQ(at.peak, floor);
+    EXPECT_LE(at.time, least.time);
+    SelectOptions given = high;
+    given.given = least.schedule;
+    EXPECT_EQ(selectSchedule(chain, floor, Strategy::Given, given).peak, floor);
+    EXPECT_FALSE(selectSchedule(chain, floor - 1, Strategy::Given, given).feasible);
+  }
+}
