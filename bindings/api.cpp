@@ -260,8 +260,11 @@ void defineCheckpointApi(py::module_& m) {
     return stages;
   });
   // The inputs that profile was measured on (InputKey::str()).
+  // (which parameters outside the chain are frozen is not the costs' business)
   m.def("profile_input_key", [](const torch::jit::Module& module) {
-    return profiledPlan(module)->solution().input_key.str();
+    jitckpt::InputKey key = profiledPlan(module)->solution().input_key;
+    key.outside.clear();
+    return key.str();
   });
   m.def("is_rewritten",
         [](const torch::jit::Module& module) { return bool(jitckpt::planOf(module)); });

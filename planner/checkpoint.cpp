@@ -53,7 +53,7 @@ solver::Costs measuredCosts(std::shared_ptr<const ChainStages> stages, const Pro
                 options.costs->length() - 1, " stages but this model has ", stages->size(),
                 "; reuse only a profile of the same model and options");
     // Times and sizes hold for the inputs they were measured on only.
-    const std::string key = inputKey(*stages, arguments).str();
+    const std::string key = inputKey(*stages, arguments, OutsideParameters{}).str();
     TORCH_CHECK(options.costs_input_key.empty() || options.costs_input_key == key,
                 "the reused profile was measured on inputs ", options.costs_input_key,
                 ", but these are ", key,
@@ -124,25 +124,25 @@ int64_t outsideGradientBytes(const torch::jit::Module& module, const Partition& 
   return gradientBytesOf(module, [&](const std::string& name) { return !in_chain.count(name); });
 }
 
-// ... of the parameters that the epilogue reads.
-int64_t epilogueGradientBytes(const torch::jit::Module& module, const Partition& partition) {
-  const std::vector<std::string> read = epilogueAttributePaths(partition);
-  const std::set<std::string> paths(read.begin(), read.end());
-  return gradientBytesOf(module, [&](const std::string& name) { return paths.count(name) > 0; });
-}
-
-// ... of the parameters that the prologue reads and the chain and epilogue do not.
-int64_t prologueGradientBytes(const torch::jit::Module& module, const Partition& partition) {
-  std::set<std::string> elsewhere;
+// The parameters that the epilogue reads (OutsideParameters::after), and those that the prologue
+// reads and the chain and epilogue do not (before), as the module holds them.
+OutsideParameters outsideParameters(const torch::jit::Module& module, const Partition& partition) {
+  const std::vector<std::string> read_after = epilogueAttributePaths(partition);
+  const std::vector<std::string> read_before = prologueAttributePaths(partition);
+  const std::set<std::string> after(read_after.begin(), read_after.end());
+  std::set<std::string> before(read_before.begin(), read_before.end());
   for (const LiftedInput& l : partition.lifted) {
-    if (l.kind == LiftedKind::Parameter) elsewhere.insert(l.name);
+    if (l.kind == LiftedKind::Parameter) before.erase(l.name);
   }
-  for (const std::string& path : epilogueAttributePaths(partition)) elsewhere.insert(path);
-  const std::vector<std::string> read = prologueAttributePaths(partition);
-  const std::set<std::string> paths(read.begin(), read.end());
-  return gradientBytesOf(module, [&](const std::string& name) {
-    return paths.count(name) > 0 && !elsewhere.count(name);
-  });
+  OutsideParameters outside;
+  outside.known = true;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+    if (after.count(p.name))
+      outside.after.push_back(p.value);
+    else if (before.count(p.name))
+      outside.before.push_back(p.value);
+  }
+  return outside;
 }
 
 }  // namespace
@@ -170,13 +170,15 @@ torch::jit::Module checkpoint(const torch::jit::Module& module,
   prologue.arguments.lifted_tensors = castSharedWeights(*stages, prologue.arguments.lifted_tensors);
   const ChainArguments& arguments = prologue.arguments;
   SolveOptions solve_options{options.strategy, options.slots, options.segments, options.given};
-  solve_options.epilogue_gradient_bytes = epilogueGradientBytes(cloned.module, cloned.partition);
-  solve_options.prologue_gradient_bytes = prologueGradientBytes(cloned.module, cloned.partition);
+  OutsideParameters outside = outsideParameters(cloned.module, cloned.partition);
+  solve_options.epilogue_gradient_bytes = requiredGradientBytes(outside.after);
+  solve_options.prologue_gradient_bytes = requiredGradientBytes(outside.before);
   const int64_t outside_bytes = outsideGradientBytes(cloned.module, cloned.partition);
   availableForActivations(limit, arguments, outside_bytes, solve_options);
   Solution solution = solveCosts(measuredCosts(stages, prologue, limit, options, report), limit,
-                                 solve_options, inputKey(*stages, arguments));
+                                 solve_options, inputKey(*stages, arguments, outside));
   solution.outside_gradient_bytes = outside_bytes;
+  solution.outside_parameters = std::move(outside);
   solution.profile_repeats = profileRepeats(options, kProfileRepeats);
   auto plan = c10::make_intrusive<Plan>(std::move(stages), std::move(solution));
   const Solution& s = plan->solution();
@@ -199,8 +201,9 @@ torch::jit::Module checkpoint(const torch::jit::Module& module, const MemoryLimi
       deferredSolution(limit, options.strategy, options.slots, options.segments, options.given);
   solution.profile_repeats = profileRepeats(options, kFirstCallProfileRepeats);
   solution.outside_gradient_bytes = outsideGradientBytes(cloned.module, cloned.partition);
-  solution.epilogue_gradient_bytes = epilogueGradientBytes(cloned.module, cloned.partition);
-  solution.prologue_gradient_bytes = prologueGradientBytes(cloned.module, cloned.partition);
+  solution.outside_parameters = outsideParameters(cloned.module, cloned.partition);
+  solution.epilogue_gradient_bytes = requiredGradientBytes(solution.outside_parameters.after);
+  solution.prologue_gradient_bytes = requiredGradientBytes(solution.outside_parameters.before);
   auto plan = c10::make_intrusive<Plan>(chainStagesOf(cloned.partition), std::move(solution));
   plan->setVerbose(options.verbose);
   plan->setStageSource(

@@ -58,7 +58,7 @@ class ProfilingReplanner final : public Replanner {
     options.calibration_runs = 1;
     const auto start = std::chrono::steady_clock::now();
     const std::shared_ptr<const ChainStages> stages = stagesToPlan(planned, arguments, at_least);
-    const InputKey key = inputKey(planned.stages(), arguments);
+    const InputKey key = inputKey(planned.stages(), arguments, old.outside_parameters);
     // Profiles of these stages at other sizes: the costs predicted from them where they can say,
     // else the sizes measured and the times taken from them.
     const CostSamples measured = measuredCosts(planned, stages, key);
@@ -73,8 +73,12 @@ class ProfilingReplanner final : public Replanner {
     if (!predicted && !options.time_stages) solver::scaleTimes(measured.samples, costs);
     if (at_least) costs = solver::largestOf(costs, at_least->solution().costs);
     SolveOptions solve_options{old.strategy, old.slots, old.segments, old.given};
-    solve_options.epilogue_gradient_bytes = old.epilogue_gradient_bytes;
-    solve_options.prologue_gradient_bytes = old.prologue_gradient_bytes;
+    // (the parameters outside the chain as they are now, where the plan knows them)
+    const OutsideParameters& outside = old.outside_parameters;
+    solve_options.epilogue_gradient_bytes =
+        outside.known ? requiredGradientBytes(outside.after) : old.epilogue_gradient_bytes;
+    solve_options.prologue_gradient_bytes =
+        outside.known ? requiredGradientBytes(outside.before) : old.prologue_gradient_bytes;
     // Once one plan of this module was made, other shapes plan against what its limit meant
     // there, and a shape no schedule fits runs at its smallest rather than stopping training.
     solve_options.least_fraction_bytes = limitSoFar(planned);
@@ -84,6 +88,7 @@ class ProfilingReplanner final : public Replanner {
     try {
       Solution solution = solveCosts(std::move(costs), old.requested_limit, solve_options, key);
       solution.outside_gradient_bytes = old.outside_gradient_bytes;
+      solution.outside_parameters = old.outside_parameters;
       solution.profile_repeats = old.profile_repeats;
       solution.predicted = predicted.has_value();
       auto plan = c10::make_intrusive<Plan>(stages, std::move(solution));

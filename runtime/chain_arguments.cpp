@@ -75,7 +75,44 @@ Tensors castWeights(const ChainStages& stages, const ChainArguments& arguments) 
   return casts;
 }
 
-InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments) {
+namespace {
+
+// Which parameters of a list are frozen: their count and an FNV-1a hash of their positions.
+class FrozenSet {
+ public:
+  void add(size_t position, const at::Tensor& parameter) {
+    ++total_;
+    if (parameter.requires_grad()) return;
+    ++frozen_;
+    hash_ = (hash_ ^ position) * 1099511628211ull;
+  }
+  // "k of n <what> frozen (set ...)"; empty where none is.
+  std::string str(const std::string& what) const {
+    if (frozen_ == 0) return "";
+    char set[20];
+    std::snprintf(set, sizeof set, "%016llx", static_cast<unsigned long long>(hash_));
+    return std::to_string(frozen_) + " of " + std::to_string(total_) + " " + what +
+           " frozen (set " + set + ")";
+  }
+
+ private:
+  size_t total_ = 0, frozen_ = 0;
+  uint64_t hash_ = 14695981039346656037ull;
+};
+
+}  // namespace
+
+int64_t requiredGradientBytes(const Tensors& parameters) {
+  int64_t bytes = 0;
+  for (const at::Tensor& p : parameters) {
+    if (p.defined() && p.requires_grad())
+      bytes += static_cast<int64_t>(p.numel()) * static_cast<int64_t>(p.element_size());
+  }
+  return bytes;
+}
+
+InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments,
+                  const OutsideParameters& outside) {
   InputKey key;
   // Which tensors take gradients is part of the key: it decides what backward holds (an input's
   // gradient, the parameters'), so a layer unfrozen after planning, or an input that now requires
@@ -84,8 +121,7 @@ InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments) {
     key.shapes.push_back(t.defined() ? t.sizes().vec() : std::vector<int64_t>{});
     key.types.push_back(typeOf(t) + (t.defined() && t.requires_grad() ? " requiring grad" : ""));
   };
-  size_t parameters = 0, frozen = 0;
-  uint64_t frozen_set = 14695981039346656037ull;  // FNV-1a over the frozen parameters' positions
+  FrozenSet frozen;
   for (const auto& t : arguments.inputs) add(t);
   std::vector<std::string> parameter_types;
   std::vector<std::pair<at::ScalarType, c10::Device>> parameter_kinds;
@@ -100,13 +136,7 @@ InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments) {
     } else if (kind != LiftedKind::Scalar && position < arguments.lifted_tensors.size() &&
                arguments.lifted_tensors[position].defined()) {
       const at::Tensor& t = arguments.lifted_tensors[position];
-      if (kind == LiftedKind::Parameter) {
-        ++parameters;
-        if (!t.requires_grad()) {
-          ++frozen;
-          frozen_set = (frozen_set ^ k) * 1099511628211ull;
-        }
-      }
+      if (kind == LiftedKind::Parameter) frozen.add(k, t);
       // Named once per (dtype, device): thousands of parameters share a few.
       if (std::none_of(parameter_kinds.begin(), parameter_kinds.end(), [&](const auto& seen) {
             return seen.first == t.scalar_type() && seen.second == t.device();
@@ -119,12 +149,7 @@ InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments) {
   std::sort(parameter_types.begin(), parameter_types.end());
   std::string described = "parameters and buffers:";
   for (const auto& type : parameter_types) described += " " + type;
-  if (frozen > 0) {
-    char set[20];
-    std::snprintf(set, sizeof set, "%016llx", static_cast<unsigned long long>(frozen_set));
-    described += ", " + std::to_string(frozen) + " of " + std::to_string(parameters) +
-                 " parameters frozen (set " + set + ")";
-  }
+  if (const std::string text = frozen.str("parameters"); !text.empty()) described += ", " + text;
   // Under autocast the stages hold other tensors (casts, activations in another dtype).
   const AutocastState autocast = AutocastState::current();
   if (const auto device = chainDevice(arguments)) {
@@ -135,6 +160,12 @@ InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments) {
     }
   }
   key.types.push_back(described);
+  FrozenSet frozen_outside;
+  size_t position = 0;
+  for (const Tensors* list : {&outside.before, &outside.after}) {
+    for (const at::Tensor& p : *list) frozen_outside.add(position++, p);
+  }
+  key.outside = frozen_outside.str("parameters outside the chain");
   return key;
 }
 

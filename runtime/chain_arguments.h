@@ -28,9 +28,24 @@ struct ChainArguments {
   int64_t held_before_chain_bytes = 0;
 };
 
+// Parameters the model reads only before the chain (`before`, a learned position embedding) or
+// after it (`after`, a head the chain does not take), as the module holds them: which of them
+// require grad decides the gradient bytes that come beside the chain's, so it is read again at
+// each call. Process-local, never saved: `known` is false in a loaded plan, which keeps the bytes
+// it was saved with.
+struct OutsideParameters {
+  bool known = false;
+  Tensors before, after;
+};
+
+// Bytes of the gradients of those of `parameters` that require grad.
+int64_t requiredGradientBytes(const Tensors& parameters);
+
 // The key a plan is made for (see input_key.h): the chain inputs, then the side tensors and the
-// tensors among the lifted scalars (a padding mask), in order, then the parameters' types.
-InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments);
+// tensors among the lifted scalars (a padding mask), in order, then the parameters' types; and
+// which of `outside` are frozen.
+InputKey inputKey(const ChainStages& stages, const ChainArguments& arguments,
+                  const OutsideParameters& outside);
 
 // The tensors a step holds from its start to its end: the chain inputs, its side tensors (a mask,
 // positions) and the tensors among its lifted scalars (a float padding mask passed as an

@@ -13,6 +13,7 @@ std::string InputKey::str() const {
     if (i < types.size()) text += " " + types[i];
   }
   if (types.size() > shapes.size()) text += "; " + types.back();
+  if (!outside.empty()) text += ", " + outside;
   return text;
 }
 

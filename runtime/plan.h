@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/chain_arguments.h"
 #include "runtime/grouped_stages.h"
 #include "runtime/input_key.h"
 #include "runtime/stages.h"
@@ -54,6 +55,8 @@ struct Solution {
   // after the chain's backward, beside all the gradients it made, so every peak is at least the
   // two together (solver::SelectOptions::after_backward_bytes).
   int64_t prologue_gradient_bytes = 0;
+  // The parameters those two counts are of, read again at each call (process-local).
+  OutsideParameters outside_parameters;
   int profile_repeats = 5;  // timed runs per stage when profiling for other inputs
   // A re-plan for inputs where no schedule fits the requested limit: memory_limit is their
   // smallest (SolveOptions::smallest_when_infeasible). Process-local, never saved.

@@ -73,7 +73,7 @@ void PlanVariants::add(const InputKey& key, c10::intrusive_ptr<Plan> plan) {
 
 c10::intrusive_ptr<Plan> planForArguments(const c10::intrusive_ptr<Plan>& plan,
                                           const ChainArguments& arguments) {
-  const InputKey key = inputKey(plan->stages(), arguments);
+  const InputKey key = inputKey(plan->stages(), arguments, plan->solution().outside_parameters);
   const InputKey& planned = plan->solution().input_key;
   PlanVariants& variants = plan->variants();
   if (!plan->deferred() && (planned.shapes.empty() || key.matches(planned))) {
@@ -111,7 +111,7 @@ c10::intrusive_ptr<Plan> planForLargerSizes(const c10::intrusive_ptr<Plan>& plan
                                             const c10::intrusive_ptr<Plan>& active,
                                             const ChainArguments& arguments,
                                             const StageGrew& grew) {
-  const InputKey key = inputKey(plan->stages(), arguments);
+  const InputKey key = inputKey(plan->stages(), arguments, plan->solution().outside_parameters);
   TORCH_CHECK(installed(), "jitckpt: this call's data makes larger tensors than the plan's (",
               grew.what(), ") and re-planning needs the jitckpt passes library: import jitckpt, ",
               "or link libjitckpt");

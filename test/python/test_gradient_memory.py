@@ -336,3 +336,51 @@ def step_on(module, x):
     module.zero_grad(set_to_none=True)
     with torch.jit.optimized_execution(False):
         module(x).square().mean().backward()
+
+
+@pytest.mark.parametrize("front_end", ["script", "export"])
+@pytest.mark.parametrize("outside", ["prologue", "epilogue"])
+def test_parameters_outside_the_chain_unfrozen_after_planning_get_a_plan_of_their_own(front_end, outside):
+    """Fine-tuning that unfreezes the position embedding (read before the chain) or the heads (read
+    after it), frozen when the module was checkpointed, after a step: their gradients come beside
+    the chain's, so each state has a plan that counts them, and the same gradients as the
+    model's."""
+    if front_end == "export" and not capture.available():
+        pytest.skip("torch.export's training capture needs PyTorch 2.6")
+    x = torch.randn(2, 4, 32) if outside == "prologue" else torch.randn(4, 64)
+
+    def make():
+        torch.manual_seed(0)
+        return LearnedPositions().train() if outside == "prologue" else AuxHead().train()
+
+    def toggled(module):
+        return list(module.positions.parameters()) if outside == "prologue" else \
+            list(module.aux.parameters()) + list(module.tail.parameters())
+
+    def loss(output):
+        return output.square().mean() if outside == "prologue" else loss_of(output)
+
+    def steps(eager, checkpointed):
+        out = []
+        for frozen in (True, False, True):
+            for p in toggled(eager):
+                p.requires_grad_(not frozen)
+            checkpointed.zero_grad(set_to_none=True)
+            with jitckpt.cpu_memory() as memory, torch.jit.optimized_execution(False):
+                loss(checkpointed(x)).backward()
+            limit = jitckpt.plan(checkpointed)["memory_limit"] if checkpointed is not eager else None
+            out.append((memory.peak + x.numel() * x.element_size(), limit,
+                        [None if p.grad is None else p.grad.clone() for p in checkpointed.parameters()]))
+        return out
+
+    eager = make()
+    for p in toggled(eager):  # frozen when the module is checkpointed
+        p.requires_grad_(False)
+    module = torch.jit.script(eager) if front_end == "script" else eager
+    ours = steps(eager, jitckpt.checkpoint(module, memory_limit="min", profile_repeats=1))
+    reference = make()
+    plain = steps(reference, reference)
+    assert ours[1][1] > ours[0][1] == ours[2][1], [limit for _, limit, _ in ours]
+    for i, ((peak, limit, grads), (_, _, expected)) in enumerate(zip(ours, plain)):
+        assert peak <= limit + 1024, f"step {i}: peak {peak} bytes over the limit {limit}"
+        assert all((a is None and b is None) or torch.equal(a, b) for a, b in zip(grads, expected)), i
