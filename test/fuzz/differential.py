@@ -30,9 +30,9 @@ FRONT_END = "script"  # or "export" (fuzz.py --front-end): jitckpt takes the eag
 STEPS = 2
 MICRO_BATCHES = 2
 RECHECKS = 4  # more runs of the reference before a difference is called a failure
-# The step peak against the limit: the plan counts activations and the chain's parameter
-# gradients; the step also holds the prologue's gradients and a few scalars, and on 2.6 a few
-# hundred bytes not found yet (docs/development.md, fuzz campaigns).
+# The step peak against the limit: the plan counts activations and parameter gradients; the step
+# also holds a few scalars, and on 2.6 a few hundred bytes not found yet (docs/development.md, fuzz
+# campaigns).
 PEAK_SLACK = (1.02, 16 * 1024)
 LIMITS = ["none", "min", "between"]
 STRATEGIES = ["optimal", "optimal", "periodic", "revolve", "given", "given"]
