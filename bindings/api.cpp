@@ -81,15 +81,19 @@ jitckpt::CheckpointRequest makeRequest(const std::map<std::string, std::string>&
 
 // What the baselines would cost on the plan's chain, as the simulator predicts them: no
 // checkpointing, and checkpoint_sequential with 2 to 2*sqrt(L) segments (jitckpt.plot marks them).
-py::list baselinePoints(const jitckpt::solver::Costs& costs) {
+// (each peak raised to the plan's floor, as its own: gradients made after the chain's backward)
+py::list baselinePoints(const jitckpt::solver::Costs& costs, int64_t after_backward_bytes) {
   namespace solver = jitckpt::solver;
+  solver::SelectOptions floor_of;
+  floor_of.after_backward_bytes = after_backward_bytes;
+  const int64_t floor = solver::peakFloor(costs, floor_of);
   py::list points;
   const int stages = costs.length() - 1;  // periodic schedules leave the terminal stage alone
   auto add = [&](const std::string& name, const solver::Schedule& schedule) {
     const auto result = solver::simulate(costs, schedule);
     // (none where it recomputes a stage that runs once: Costs::runs_once)
     if (result.valid && result.complete)
-      points.append(py::make_tuple(name, result.peak, result.time));
+      points.append(py::make_tuple(name, std::max(result.peak, floor), result.time));
   };
   add("no checkpointing", solver::noCheckpointSchedule(costs));
   const int most = std::min(stages, static_cast<int>(std::ceil(2 * std::sqrt(stages))));
@@ -148,7 +152,7 @@ py::dict solutionInfo(const jitckpt::Plan& plan) {
   py::list curve;
   for (const auto& p : s.curve) curve.append(py::make_tuple(p.limit, p.time));
   info["curve"] = curve;
-  info["baselines"] = baselinePoints(s.costs);
+  info["baselines"] = baselinePoints(s.costs, s.prologue_gradient_bytes);
   py::dict costs;
   costs["uf"] = s.costs.uf;
   costs["uf_nograd"] = s.costs.uf_nograd.empty() ? s.costs.uf : s.costs.uf_nograd;
