@@ -84,9 +84,7 @@ jitckpt::CheckpointRequest makeRequest(const std::map<std::string, std::string>&
 // (each peak raised to the plan's floor, as its own: gradients made after the chain's backward)
 py::list baselinePoints(const jitckpt::solver::Costs& costs, int64_t after_backward_bytes) {
   namespace solver = jitckpt::solver;
-  solver::SelectOptions floor_of;
-  floor_of.after_backward_bytes = after_backward_bytes;
-  const int64_t floor = solver::peakFloor(costs, floor_of);
+  const int64_t floor = solver::peakFloor(costs, after_backward_bytes);
   py::list points;
   const int stages = costs.length() - 1;  // periodic schedules leave the terminal stage alone
   auto add = [&](const std::string& name, const solver::Schedule& schedule) {

@@ -151,8 +151,7 @@ Solution solveCosts(solver::Costs costs, const solver::MemoryLimit& limit,
   s.given = options.given;
   s.input_key = std::move(input_key);
   s.requested_limit = limit;
-  const int64_t floor = solver::peakFloor(
-      s.costs, solver::SelectOptions{options.slots, 0, -1, {}, options.prologue_gradient_bytes});
+  const int64_t floor = solver::peakFloor(s.costs, options.prologue_gradient_bytes);
   s.unconstrained_peak =
       std::max(solver::simulate(s.costs, solver::noCheckpointSchedule(s.costs)).peak, floor);
   auto [bytes, selection] =

@@ -64,8 +64,8 @@ std::string describe(Strategy strategy) {
 
 std::string infeasibleMessage(const Costs& chain, int64_t limit, Strategy strategy,
                               const Selection& selection, const SelectOptions& options) {
-  const int64_t unconstrained =
-      std::max(simulate(chain, noCheckpointSchedule(chain)).peak, peakFloor(chain, options));
+  const int64_t unconstrained = std::max(simulate(chain, noCheckpointSchedule(chain)).peak,
+                                         peakFloor(chain, options.after_backward_bytes));
   std::string text = "no " + describe(strategy) + " schedule";
   if (strategy == Strategy::Periodic && options.segments > 0)
     text += " with " + std::to_string(options.segments) + " segments";
@@ -140,9 +140,9 @@ void considerSmallestPeak(Candidates& candidates, const Costs& chain, int64_t li
 
 }  // namespace
 
-int64_t peakFloor(const Costs& chain, const SelectOptions& options) {
-  if (options.after_backward_bytes <= 0) return 0;
-  return simulate(chain, noCheckpointSchedule(chain)).end_bytes + options.after_backward_bytes;
+int64_t peakFloor(const Costs& chain, int64_t after_backward_bytes) {
+  if (after_backward_bytes <= 0) return 0;
+  return simulate(chain, noCheckpointSchedule(chain)).end_bytes + after_backward_bytes;
 }
 
 Strategy parseStrategy(const std::string& name) {
@@ -193,7 +193,7 @@ SimulationResult simulateGiven(const Costs& chain, const SelectOptions& options)
     throw std::invalid_argument(
         "the given schedule ends before B(1): it must compute the gradient of every stage");
   }
-  sim.peak = std::max(sim.peak, peakFloor(chain, options));
+  sim.peak = std::max(sim.peak, peakFloor(chain, options.after_backward_bytes));
   return sim;
 }
 
@@ -221,7 +221,7 @@ Selection selectSchedule(const Costs& chain, int64_t limit, Strategy strategy,
                         formatBytes(limit) + "; raise the limit, or give another schedule";
     return selection;
   }
-  Candidates candidates(chain, limit, peakFloor(chain, options));
+  Candidates candidates(chain, limit, peakFloor(chain, options.after_backward_bytes));
   switch (strategy) {
     case Strategy::Optimal:
       // Where no checkpointing fits, it is optimal and no table is needed: every schedule runs
@@ -272,7 +272,7 @@ Selection selectSmallest(const Costs& chain, Strategy strategy, const SelectOpti
     none.message = infeasibleMessage(chain, 0, strategy, none, options);
     return none;
   }
-  const int64_t floor = peakFloor(chain, options);
+  const int64_t floor = peakFloor(chain, options.after_backward_bytes);
   Candidates candidates(chain, std::max(least.limit, floor), floor);
   considerTablesAbove(candidates, chain, least.limit, options.slots, revolve_only);
   // (where the floor is above the chain's own smallest peak, the table at the floor's limit)

@@ -39,13 +39,13 @@ struct SelectOptions {
   Schedule given = {};        // Strategy::Given: the schedule to run
   // Bytes made once the chain's backward has ended, beside all it leaves held (gradients of
   // parameters that only the model's code before the chain reads): every peak is at least
-  // peakFloor(chain, options), and each Selection counts it.
+  // peakFloor(chain, after_backward_bytes), and each Selection counts it.
   int64_t after_backward_bytes = 0;
 };
 
-// SimulationResult::end_bytes plus SelectOptions::after_backward_bytes where those are given, else
-// 0: no schedule of the chain peaks below it.
-int64_t peakFloor(const Costs& chain, const SelectOptions& options);
+// SimulationResult::end_bytes plus `after_backward_bytes` where those are given, else 0: no
+// schedule of the chain peaks below it.
+int64_t peakFloor(const Costs& chain, int64_t after_backward_bytes);
 
 struct Selection {
   bool feasible = false;

@@ -274,12 +274,12 @@ TEST(Strategy, BytesMadeAfterTheBackwardRaiseEveryPeakToTheFloor) {
     // Below the chain's own smallest peak, the floor changes nothing.
     SelectOptions low{kCoarseSlots};
     low.after_backward_bytes = 1;
-    ASSERT_LT(peakFloor(chain, low), least.limit);
+    ASSERT_LT(peakFloor(chain, low.after_backward_bytes), least.limit);
     EXPECT_EQ(selectSmallest(chain, Strategy::Optimal, low).peak, least.limit);
     // Above it, the floor is the smallest limit, and the fastest schedule there is chosen.
     SelectOptions high{kCoarseSlots};
     high.after_backward_bytes = least.limit - end + 1 + static_cast<int64_t>(seed);
-    const int64_t floor = peakFloor(chain, high);
+    const int64_t floor = peakFloor(chain, high.after_backward_bytes);
     ASSERT_EQ(floor, end + high.after_backward_bytes);
     for (Strategy strategy : {Strategy::Optimal, Strategy::Revolve, Strategy::Periodic}) {
       const Selection smallest = selectSmallest(chain, strategy, high);
