@@ -114,7 +114,8 @@ TEST(RuntimePlan, PickleKeepsEverything) {
   Rewritten r = rewriteWith(loadFixture("tiny_resnet"), ScheduleKind::OptimalMin);
   Solution solution = r.plan->solution();
   solution.curve = {{100, 3.5}, {200, 2.25}};
-  solution.input_key = {{{2, 3, 12, 12}}, {"Float@cpu", "parameters and buffers: Float@cpu"}};
+  solution.input_key.shapes = {{2, 3, 12, 12}};
+  solution.input_key.types = {"Float@cpu", "parameters and buffers: Float@cpu"};
   solution.requested_limit = solver::MemoryLimit::fraction(0.25);
   const Plan plan(r.plan->sharedStages(), solution);
   auto copy = Plan::fromState(plan.getState());
