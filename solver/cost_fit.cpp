@@ -83,12 +83,30 @@ std::optional<int64_t> boundedCount(const std::vector<int64_t>& v, const std::ve
   return by_size.front().second;
 }
 
-// A byte count at the target (v's last entry): the quadratic through three samples, where it
-// gives every other sample exactly, else boundedCount.
-std::optional<int64_t> predictedCount(const std::vector<int64_t>& v,
+// A stage's overhead (a peak above its output: the largest of its ops' transients, each its own
+// polynomial) that no one quadratic gives, at a target between the samples: the largest sampled
+// from the size nearest below the target up. Each op's transient grows with the size, or, where a
+// threshold picks a kernel, keeps to what the sample below took; nothing beyond the samples.
+std::optional<int64_t> envelopedCount(const std::vector<int64_t>& v,
                                       const std::vector<int64_t>& y) {
-  const auto exact = exactCount(v, y);
-  return exact ? exact : boundedCount(v, y);
+  const int64_t at = v.back();
+  std::optional<int64_t> below, bound;
+  for (size_t i = 0; i < y.size(); ++i)
+    if (v[i] < at && (!below || v[i] > *below)) below = v[i];
+  const bool above = std::any_of(v.begin(), v.end() - 1, [&](int64_t x) { return x > at; });
+  if (!below || !above) return std::nullopt;
+  for (size_t i = 0; i < y.size(); ++i)
+    if (v[i] >= *below) bound = std::max(bound.value_or(0), y[i]);
+  return bound;
+}
+
+// A byte count at the target (v's last entry): the quadratic through three samples, where it
+// gives every other sample exactly, else boundedCount, else, for an overhead, envelopedCount.
+std::optional<int64_t> predictedCount(const std::vector<int64_t>& v, const std::vector<int64_t>& y,
+                                      bool overhead = false) {
+  if (const auto exact = exactCount(v, y)) return exact;
+  if (const auto bounded = boundedCount(v, y)) return bounded;
+  return overhead ? envelopedCount(v, y) : std::nullopt;
 }
 
 // The quadratic through three samples at the target, where it gives every other sample exactly.
@@ -139,6 +157,7 @@ std::optional<long double> fittedTime(const std::vector<int64_t>& v,
 // exact or the field's presence differs.
 bool fitCounts(const std::vector<CostSample>& samples, const std::vector<int64_t>& v,
                std::vector<int64_t> Costs::*field, Costs& out) {
+  const bool overhead = field == &Costs::of || field == &Costs::of_nograd || field == &Costs::ob;
   const std::vector<int64_t>& model = samples[0].costs->*field;
   for (const auto& s : samples)
     if ((s.costs->*field).size() != model.size()) return false;
@@ -146,7 +165,7 @@ bool fitCounts(const std::vector<CostSample>& samples, const std::vector<int64_t
   for (size_t l = 0; l < model.size(); ++l) {
     std::vector<int64_t> y;
     for (const auto& s : samples) y.push_back((s.costs->*field)[l]);
-    const auto count = predictedCount(v, y);
+    const auto count = predictedCount(v, y, overhead);
     if (!count) return false;
     (out.*field)[l] = *count;
   }

@@ -8,9 +8,11 @@
 // exactly, from at least kMinSamples of them, at most the samples' span beyond their range (a
 // new length beyond the first ones costs a solve, not a profile); a count no quadratic gives that
 // never rises from one sampled size to a larger one (a kernel's workspace chosen by a threshold) is
-// bounded by its largest sample, at sizes not below the smallest sampled. Times are
-// fitted by least squares. Nothing is predicted where the structure differs between samples
-// (spans, stages that run once) or a count grows but is no quadratic (allocator blocks).
+// bounded by its largest sample, at sizes not below the smallest sampled; a stage's overhead no
+// quadratic gives (the largest of its ops' transients, which one op overtakes from another), at
+// sizes between the samples, by the largest sampled from the size below up. Times are fitted by
+// least squares. Nothing is predicted where the structure differs between samples (spans, stages
+// that run once) or another count grows but is no quadratic (allocator blocks).
 // Torch-free.
 #pragma once
 

@@ -50,6 +50,11 @@ class Config:
     # The step peak's slack over the limit, (factor, bytes); None: PEAK_SLACK. A regression of a
     # peak over the limit replays at the slack that found it.
     peak_slack: Optional[Tuple[float, int]] = None
+    # Each micro-batch's batch size or sequence length (`varies`: "batch" or "length"), in order
+    # (fuzz.py --batches, --lengths); None: the model's own for all of them. Sizes met after four
+    # others are planned from costs predicted from their profiles.
+    sizes: Optional[List[int]] = None
+    varies: str = "batch"
 
 
 FLOAT16_AUTOCAST = cpu_autocast_casts_to(torch.float16)
@@ -103,6 +108,7 @@ class Outcome:
     status: str  # exact, fail, nondeterministic, unsupported, refused, shared-cast
     detail: str = ""
     stages: int = 0
+    predicted: int = 0  # plans made from predicted costs (Config.sizes)
 
 
 # Errors jitckpt gives on purpose, for a limit or strategy that cannot work or a forward it cannot
@@ -136,12 +142,12 @@ Record = Tuple[List[torch.Tensor], Dict[str, Optional[torch.Tensor]], Dict[str, 
 
 
 def train(model: torch.nn.Module, batches: List[Tuple], autocast: Optional[torch.dtype]) -> List[Record]:
-    """STEPS AdamW steps of MICRO_BATCHES each with clipping: outputs, gradients (after clipping),
-    then parameters and buffers after each step."""
+    """AdamW steps of MICRO_BATCHES of `batches` each with clipping: outputs, gradients (after
+    clipping), then parameters and buffers after each step."""
     named = model.module if isinstance(model, jitckpt.CheckpointedModule) else model  # the model's own names
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     records = []
-    for step in range(STEPS):
+    for step in range(len(batches) // MICRO_BATCHES):
         optimizer.zero_grad(set_to_none=True)
         outputs = []
         for micro in range(MICRO_BATCHES):
@@ -257,12 +263,16 @@ def loss_memory(output: Any, autocast: Optional[torch.dtype]) -> int:
 
 
 def check(spec: generate.Spec, config: Config, directory: str) -> Outcome:
+    if config.sizes:  # the model made for the largest size; each batch sliced from its inputs
+        spec = dict(spec, **{"batch" if config.varies == "batch" else "size": max(config.sizes)})
     module = generate.load(spec, directory)
     torch.manual_seed(config.seed)
     eager = module.Model().train().to(DEVICE)
     generator = torch.Generator().manual_seed(config.seed)  # on the CPU: the same inputs on every device
     batches = [tuple(t.to(DEVICE) for t in module.make_inputs(generator))
-               for _ in range(STEPS * MICRO_BATCHES)]
+               for _ in range(len(config.sizes or []) or STEPS * MICRO_BATCHES)]
+    if config.sizes:
+        batches = [sliced(batch, size, config.varies, spec["size"]) for batch, size in zip(batches, config.sizes)]
 
     def fresh() -> torch.nn.Module:  # copies of the eager module: 1.13's copies of scripted ones are not leaves
         return copy.deepcopy(eager) if FRONT_END == "export" else torch.jit.script(copy.deepcopy(eager))
@@ -306,12 +316,31 @@ def check(spec: generate.Spec, config: Config, directory: str) -> Outcome:
             if again is not None:
                 return Outcome("nondeterministic", f"{again} (found rechecking: {what})", stages)
         return Outcome("fail", what, stages)
+    plans = {str(p["input_shapes"]): p for p in [info] + info.get("variants", [])}.values()  # the last is a variant too
     if info.get("memory_limit") is not None and config.strategy != "given":
-        peak, loss_bytes = step_peak(model, batches[0], autocast_to(config))
-        peak += caller_held_bytes(model.rewritten if FRONT_END == "export" else model, batches[0])  # counted in the limit, allocated before the step
-        factor, extra = config.peak_slack or PEAK_SLACK
-        if peak > info["memory_limit"] * factor + extra + loss_bytes:
-            return Outcome("fail", f"step peak {peak} bytes over the limit {info['memory_limit']} "
-                                   f"(x{peak / info['memory_limit']:.3f}; the loss held "
-                                   f"{loss_bytes})", stages)
-    return Outcome("exact", "", stages)
+        for batch in {tuple(b[0].shape): b for b in batches}.values():  # one of each size
+            over = peak_over_limit(model, batch, config)
+            if over is not None:
+                return Outcome("fail", over, stages)
+    return Outcome("exact", "", stages, sum(1 for p in plans if p.get("predicted_costs")))
+
+
+def sliced(batch: Tuple, size: int, varies: str, length: int) -> Tuple:
+    """The batch's first `size` samples, or every sample's first `size` positions (dim 1 where it is
+    the model's sequence `length`), each in memory of its own, as a data loader gives them."""
+    if varies == "batch":
+        return tuple(t[:size].clone(memory_format=torch.contiguous_format) for t in batch)
+    return tuple(t[:, :size].clone(memory_format=torch.contiguous_format) if t.dim() > 1 and t.shape[1] == length
+                 else t for t in batch)
+
+
+def peak_over_limit(model, batch: Tuple, config: Config) -> Optional[str]:
+    """What a step on `batch` held over the limit of the plan it ran, or None."""
+    peak, loss_bytes = step_peak(model, batch, autocast_to(config))
+    peak += caller_held_bytes(model.rewritten if FRONT_END == "export" else model, batch)  # counted in the limit, allocated before the step
+    limit = jitckpt.plan(model)["memory_limit"]  # the plan of this step's input key
+    factor, extra = config.peak_slack or PEAK_SLACK
+    if peak <= limit * factor + extra + loss_bytes:
+        return None
+    return (f"step peak {peak} bytes over the limit {limit} for inputs {[list(t.shape) for t in batch]} "
+            f"(x{peak / limit:.3f}; the loss held {loss_bytes})")

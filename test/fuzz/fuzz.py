@@ -8,6 +8,8 @@ smallest variant that still fails, written to regressions/ (--save), which --reg
   fuzz.py --regressions test/fuzz/regressions
   fuzz.py --seeds 0:300 --peak-slack 1.0:64   step peaks at most 64 bytes over the limit
   fuzz.py --seeds 0:100 --device cuda         on a GPU, autocast to bfloat16 and float16
+  fuzz.py --seeds 0:100 --batches 8,2,6,4,3,5,7,10   batches of varying size, some planned from predictions
+  fuzz.py --seeds 0:100 --lengths 16,4,12,8,6,10,14,20   sequences of varying length, the same way
 """
 import argparse
 import collections
@@ -20,6 +22,7 @@ import sys
 import tempfile
 import time
 import traceback
+from typing import List
 
 import torch
 
@@ -55,7 +58,8 @@ def shrunk(spec, config, directory):
 
 def describe(config: differential.Config) -> str:
     return (f"limit={config.limit} {'deferred' if config.deferred else 'example-inputs'} "
-            f"{config.autocast_dtype + '-autocast' if config.autocast else 'float32'} strategy={config.strategy} cuts={config.cuts} seed={config.seed}")
+            f"{config.autocast_dtype + '-autocast' if config.autocast else 'float32'} strategy={config.strategy} cuts={config.cuts} seed={config.seed}"
+            + (f" {config.varies}s={','.join(map(str, config.sizes))}" if config.sizes else ""))
 
 
 def fuzz(args) -> int:
@@ -64,17 +68,21 @@ def fuzz(args) -> int:
     by_dimension = collections.Counter()
     skips = collections.Counter()
     stages = []
-    failures = 0
+    failures = predicted = 0
     start = time.time()
     with tempfile.TemporaryDirectory() as directory:
         for seed in range(first, last):
             spec = generate.draw(seed)
+            if args.lengths and (spec["kind"] not in ("tokens", "seq") or spec.get("pos") == "param"):
+                continue  # no sequence to shorten, or a position table as long as the model's
             rng = random.Random(seed * 7919 + 17)
             for _ in range(args.configs):
                 config = differential.draw_config(rng)
                 config.peak_slack = args.peak_slack
+                config.sizes, config.varies = args.batches or args.lengths, "length" if args.lengths else "batch"
                 outcome = run_case(spec, config, directory)
                 counts[outcome.status] += 1
+                predicted += outcome.predicted
                 for dimension in (f"limit={config.limit}", f"deferred={config.deferred}",
                                   f"autocast={config.autocast_dtype if config.autocast else False}", f"strategy={config.strategy}",
                                   f"cuts={config.cuts}"):
@@ -105,6 +113,9 @@ def fuzz(args) -> int:
     for dimension in sorted({d for d, _ in by_dimension}):
         print(f"  {dimension}: " + ", ".join(f"{s} {by_dimension[(dimension, s)]}"
                                                for s in sorted(counts) if by_dimension[(dimension, s)]))
+    if args.batches or args.lengths:
+        print(f"  plans from predicted costs: {predicted} (of sizes {(args.batches or args.lengths)[4:]}, "
+              "after four profiled)")
     if stages:
         stages.sort()
         print(f"  stages per model: min {stages[0]}, median {stages[len(stages) // 2]}, max {stages[-1]}; "
@@ -115,6 +126,10 @@ def fuzz(args) -> int:
     if counts["exact"] < exact_needed:
         print(f"fuzz: only {counts['exact']} of {checked} checks compared bit for bit (at least "
               f"{args.min_exact:.0%} must be)")
+        return 1
+    if (args.batches or args.lengths) and predicted < counts["exact"]:  # else the sizes test little
+        print(f"fuzz: only {predicted} plans from predicted costs in {counts['exact']} exact checks (at least "
+              "one a check must be)")
         return 1
     return 1 if failures else 0
 
@@ -148,6 +163,14 @@ def peak_slack(text: str):
     return float(factor), int(extra)
 
 
+def sizes_of(text: str) -> List[int]:
+    sizes = [int(x) for x in text.split(",")]
+    if len(sizes) % differential.MICRO_BATCHES or min(sizes) < 2:
+        raise argparse.ArgumentTypeError(f"{differential.MICRO_BATCHES} micro-batches a step, of sizes of at "
+                                         "least 2 (batch norm)")
+    return sizes
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", default="0:300", help="models FIRST:LAST (LAST excluded)")
@@ -164,6 +187,12 @@ def main() -> int:
                         help="where models train (cuda: deterministic algorithms asked for)")
     parser.add_argument("--front-end", choices=["script", "export"], default="script",
                         help="export: the eager models through torch.export (PyTorch 2.6 on), against eager")
+    varying = parser.add_mutually_exclusive_group()
+    varying.add_argument("--batches", type=sizes_of, metavar="N,N,...",
+                         help="each micro-batch's size, in order: 8,2,6,4,3,5,7,10 profiles four sizes, then "
+                              "plans the others from predicted costs (default: the model's own, 4 micro-batches)")
+    varying.add_argument("--lengths", type=sizes_of, metavar="N,N,...",
+                         help="each micro-batch's sequence length, in order, as --batches (sequence models only)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: ctest runs shards side by side)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

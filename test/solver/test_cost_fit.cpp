@@ -2,6 +2,7 @@
 // nothing where the samples cannot say.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "solver/baselines.h"
@@ -115,10 +116,42 @@ TEST(CostFit, NothingWhereACountIsNotOneQuadratic) {
   // Sizes rounded up to whole blocks, as a caching allocator counts them.
   const Profiles profiles({64, 96, 128, 256}, [](int64_t t) {
     Costs c = chainAt(t);
-    for (auto& w : c.ob) w = (w + 100'000 + 511) / 512 * 512 + (t > 100 ? 512 : 0);
+    for (auto& w : c.wabar) w = (w + 100'000 + 511) / 512 * 512 + (t > 100 ? 512 : 0);
     return c;
   });
   EXPECT_FALSE(predictCosts(profiles.samples, sizesAt(192)));
+}
+
+// A stage's overhead as the largest of two ops' transients: one linear in the length, one
+// quadratic (attention scores), which overtakes it between the samples; and a workspace that a
+// threshold makes larger at the shortest lengths.
+int64_t twoOpsOverhead(int64_t t) { return std::max<int64_t>(96 * t, 32 * t * t - 192 * t + 12); }
+int64_t thresholdWorkspace(int64_t t) { return t < 6 ? 2164 : 96 * t + 1204; }
+
+TEST(CostFit, AnOverheadNoQuadraticGivesIsBoundedBetweenTheSamplesOnly) {
+  const Profiles profiles({16, 4, 12, 8}, [](int64_t t) {
+    Costs c = chainAt(t);
+    c.of[1] = twoOpsOverhead(t);
+    c.ob[3] = thresholdWorkspace(t);
+    return c;
+  });
+  for (int64_t t : {5, 6, 7, 9, 10, 11, 13, 14, 15}) {
+    const auto predicted = predictCosts(profiles.samples, sizesAt(t));
+    ASSERT_TRUE(predicted) << t;
+    EXPECT_GE(predicted->of[1], twoOpsOverhead(t)) << t;
+    EXPECT_GE(predicted->ob[3], thresholdWorkspace(t)) << t;
+    // the largest sample from the one below t up
+    const int64_t below = t < 8 ? 4 : t < 12 ? 8 : 12;
+    int64_t bound = 0;
+    for (int64_t x : {4, 8, 12, 16})
+      if (x >= below) bound = std::max(bound, twoOpsOverhead(x));
+    EXPECT_EQ(predicted->of[1], bound) << t;
+    const Costs truth = chainAt(t);
+    EXPECT_EQ(predicted->wabar, truth.wabar) << t;  // the sizes exact as before
+    EXPECT_EQ(predicted->ob[2], truth.ob[2]) << t;
+  }
+  // Beyond the samples an overhead may grow past any of them: profiled.
+  for (int64_t t : {2, 3, 17, 20}) EXPECT_FALSE(predictCosts(profiles.samples, sizesAt(t))) << t;
 }
 
 TEST(CostFit, ACountThatFallsWithTheSizeIsBoundedByItsLargestSample) {
