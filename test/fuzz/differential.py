@@ -114,9 +114,10 @@ class Outcome:
 # Errors jitckpt gives on purpose, for a limit or strategy that cannot work or a forward it cannot
 # cut (docs/supported.md): clear refusals, counted apart.
 # ("runs forward once": on CUDA, a periodic, revolve-style or drawn schedule that would recompute a
-# stage whose cuDNN RNN dropout cannot be replayed.)
+# stage whose cuDNN RNN dropout cannot be replayed; "into a chain other than": a drawn schedule, and
+# inputs of another size that export captured apart.)
 REFUSALS = ("smallest limit", "does not fit", "above the memory limit", "no schedule", "cannot reach",
-            "jitckpt cannot cut forward", "runs forward once")
+            "jitckpt cannot cut forward", "runs forward once", "into a chain other than")
 
 
 def loss_of(output: Any) -> torch.Tensor:

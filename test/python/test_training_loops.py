@@ -3,8 +3,9 @@ with a GradScaler, whose skipped steps (gradients that overflow) must be skipped
 whose layers already checkpoint themselves with torch.utils.checkpoint (Hugging Face's
 gradient_checkpointing_enable() left on); module hooks (forward hooks that change an output or
 store it, backward hooks, PyTorch's weight hooks) and parameter hooks; Python values on the model
-that the loop sets (read by forward or not). Each trains bit for bit like the model, itself trained
-twice first, or is refused or warned of, naming what."""
+that the loop sets (read by forward or not); a schedule of one's own over lengths that export
+captures apart. Each trains bit for bit like the model, itself trained twice first, or is refused
+or warned of, naming what."""
 import functools
 import warnings
 from typing import Any, List
@@ -310,3 +311,33 @@ def counted_steps(model: torch.nn.Module, inner: torch.nn.Module) -> List[torch.
 def test_python_values_that_forward_does_not_read_make_no_capture():
     checkpointed, said = trained_like_the_model(Counted, counted_steps)
     assert not said and len(checkpointed._captures) == 1, said
+
+
+class AttentionThenLSTM(torch.nn.Module):
+    """At a length equal to its width export captures it apart, into another chain of stages."""
+
+    def __init__(self, width: int = 4):
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, width)
+        self.q, self.k, self.v = (torch.nn.Linear(width, width) for _ in range(3))
+        self.rnn = torch.nn.LSTM(width, width, batch_first=True)
+        self.head = torch.nn.Linear(width, 3)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        x = torch.matmul(torch.matmul(self.q(x), self.k(x).transpose(1, 2)).softmax(-1), self.v(x))
+        return self.head(self.rnn(x)[0].mean(1))
+
+
+def test_a_schedule_of_ones_own_is_refused_for_a_capture_it_was_not_written_for():
+    generator = torch.Generator().manual_seed(0)
+    tokens = [torch.randint(0, 16, (2, length), generator=generator) for length in (16, 4)]
+    torch.manual_seed(0)
+    probe = jitckpt.checkpoint(AttentionThenLSTM(), (tokens[0],), memory_limit="min")
+    model = jitckpt.checkpoint(AttentionThenLSTM(), (tokens[0],), memory_limit=None,
+                               schedule=jitckpt.plan(probe)["schedule"])
+    model(tokens[0]).sum().backward()
+    with pytest.raises(RuntimeError, match=r"the given schedule is not valid .*; export captured the model again "
+                                           r"for these inputs, into a chain other than the one the schedule was "
+                                           r"written for: give a schedule only for inputs one capture serves"):
+        model(tokens[1]).sum().backward()

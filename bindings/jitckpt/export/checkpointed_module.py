@@ -169,8 +169,17 @@ class CheckpointedModule(torch.nn.Module):
                     raise self._refusal(error) from error
                 self._take_fallback(error, None)
                 return self._scripted(*args, **kwargs)
-            with torch.jit.optimized_execution(False):
-                result = rewritten(*capturing.arguments(captured, flat))
+            try:
+                with torch.jit.optimized_execution(False):
+                    result = rewritten(*capturing.arguments(captured, flat))
+            except RuntimeError as error:
+                if len(self._captures) > 1 and "the given schedule" in str(error):
+                    raise RuntimeError(f"{str(error).rstrip()}; export captured the model again for these inputs, "
+                                       "into a chain other than the one the schedule was written for: give a "
+                                       "schedule only for inputs one capture serves, leave the schedule to jitckpt, "
+                                       "or train through TorchScript (front_end=\"script\"), whose one graph serves "
+                                       "every size") from None
+                raise
             return capturing.outputs(captured, result)
 
     def _forget_other_tensors(self, tensors: List[Optional[torch.Tensor]]) -> None:
