@@ -341,3 +341,27 @@ def test_a_schedule_of_ones_own_is_refused_for_a_capture_it_was_not_written_for(
                                            r"for these inputs, into a chain other than the one the schedule was "
                                            r"written for: give a schedule only for inputs one capture serves"):
         model(tokens[1]).sum().backward()
+
+
+class PassedOn(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> Any:
+        return x, None
+
+
+@pytest.mark.parametrize("recurrent", [True, False])
+def test_a_size_export_kept_static_is_named_once_where_it_makes_new_captures(recurrent):
+    model = AttentionThenLSTM(width=8)
+    if not recurrent:
+        model.rnn = PassedOn()  # the length stays dynamic
+    checkpointed = jitckpt.checkpoint(model, memory_limit="min")
+    generator = torch.Generator().manual_seed(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for length in (16, 12, 20, 12):
+            checkpointed(torch.randint(0, 16, (2, length), generator=generator)).sum().backward()
+    said = [str(w.message) for w in caught if "static in the capture" in str(w.message)]
+    if recurrent:  # export unrolls the LSTM over the length
+        assert len(said) == 1 and "tensor argument 0 has another size in dimension 1" in said[0], said
+        assert "front_end=\"script\" plans new sizes on one graph" in said[0]
+    else:
+        assert not said

@@ -59,21 +59,39 @@ class Capture:
     autocast: Optional[Tuple[Any, ...]] = None
 
     def serves(self, flat: List[Any], spec: Any, training: Tuple[bool, ...]) -> bool:
+        return self._serves_but_sizes(flat, spec, training) and self._sizes_fit(self._tensors(flat))
+
+    def static_size_missed(self, flat: List[Any], spec: Any, training: Tuple[bool, ...]) -> Optional[Tuple[int, int]]:
+        """(tensor argument, dimension): the first size that export kept static in this capture and
+        that the call has another of, where all else would serve; None otherwise."""
+        if not self._serves_but_sizes(flat, spec, training):
+            return None
+        for index, (tensor, sizes) in enumerate(zip(self._tensors(flat), self.sizes)):
+            if tensor.dim() != len(sizes):
+                return None
+            for dim, (size, captured) in enumerate(zip(tensor.shape, sizes)):
+                if (isinstance(captured, int) or not captured.free_symbols) and size != int(captured):
+                    return index, dim
+        return None
+
+    @staticmethod
+    def _tensors(flat: List[Any]) -> List[torch.Tensor]:
+        return [x for x in flat if isinstance(x, torch.Tensor)]
+
+    def _serves_but_sizes(self, flat: List[Any], spec: Any, training: Tuple[bool, ...]) -> bool:
         if spec != self.in_spec or training != self.training or len(flat) != len(self.leaves):
             return False
         if not python_attributes.hold(self.attributes):
             return False
         if self.autocast is not None and self.autocast != ambient_autocast():
             return False
-        tensors = [x for x in flat if isinstance(x, torch.Tensor)]
+        tensors = self._tensors(flat)
         if len(tensors) != len(self.sizes):
             return False
         for value, captured in zip(flat, self.leaves):
             if not isinstance(value, torch.Tensor) and (type(value) is not type(captured) or value != captured):
                 return False
-        if [(t.dtype, t.device) for t in tensors] != self.tensor_types:
-            return False
-        return self._sizes_fit(tensors)
+        return [(t.dtype, t.device) for t in tensors] == self.tensor_types
 
     def _sizes_fit(self, tensors: List[torch.Tensor]) -> bool:
         bound: Dict[Any, int] = {}

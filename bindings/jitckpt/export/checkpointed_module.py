@@ -78,6 +78,7 @@ class CheckpointedModule(torch.nn.Module):
         # The model's parameters and buffers when the captures (or the fallback) were made.
         self._tensors: Optional[List[Optional[torch.Tensor]]] = None
         self._attributes_said: set = set()  # Python values whose change was warned of
+        self._static_said = False  # whether a size export kept static was warned of
         self._make_instance_forward()
 
     def _make_instance_forward(self) -> None:
@@ -231,6 +232,23 @@ class CheckpointedModule(torch.nn.Module):
                       "value; a value that changes every step is better given to forward as a tensor, or kept in a "
                       "buffer, which one capture serves", stacklevel=2)
 
+    def _say_which_size_is_static(self, flat: List[Any], spec: Any, flags: Tuple[bool, ...]) -> None:
+        """Once: a capture would serve the call but for a size that export kept static (a sequence
+        length that an LSTM unrolls over, an image's height), so each new size is a capture."""
+        missed = next(filter(None, (c.static_size_missed(flat, spec, flags) for c, _ in self._captures)), None)
+        if missed is None or self._static_said:
+            return
+        self._static_said = True
+        index, dim = missed
+        tensor = [t for t in flat if isinstance(t, torch.Tensor)][index]
+        why = "an image's size is kept static" if tensor.is_floating_point() and tensor.dim() >= 4 else \
+            "export could not keep it dynamic"
+        warnings.warn(f"{type(self.module).__name__}'s tensor argument {index} has another size in dimension {dim} "
+                      f"than when jitckpt captured the model, and that size is static in the capture ({why}): each "
+                      f"new size of it is captured, cut and profiled again (the {self.max_captures} captures used "
+                      "last are kept); where the model scripts, front_end=\"script\" plans new sizes on one graph, "
+                      "from the profiles of earlier ones", stacklevel=3)
+
     def _refusal(self, error: Any) -> capturing.CaptureError:
         """The error of a model jitckpt cannot take whole, with the part of it that it may take: the
         child with a forward of its own and parameters that holds the most modules (a detector's
@@ -257,6 +275,7 @@ class CheckpointedModule(torch.nn.Module):
                 return captured, rewritten, flat
         if self._captures:
             self._say_which_attributes_changed(self._captures[0][0].attributes)
+            self._say_which_size_is_static(flat, spec, flags)
         captured = capturing.capture(self.module, args, kwargs)
         example = capturing.arguments(captured, flat) if plan_with_inputs else None
         rewritten = self._rewrite(captured.scripted, example, reuse_profile_of)
