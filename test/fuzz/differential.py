@@ -319,7 +319,10 @@ def check(spec: generate.Spec, config: Config, directory: str) -> Outcome:
         return Outcome("fail", what, stages)
     plans = {str(p["input_shapes"]): p for p in [info] + info.get("variants", [])}.values()  # the last is a variant too
     if info.get("memory_limit") is not None and config.strategy != "given":
-        for batch in {tuple(b[0].shape): b for b in batches}.values():  # one of each size
+        firsts: Dict[Tuple[int, ...], Tuple] = {}
+        for batch in batches:  # the first of each size
+            firsts.setdefault(tuple(batch[0].shape), batch)
+        for batch in firsts.values():
             over = peak_over_limit(model, batch, config)
             if over is not None:
                 return Outcome("fail", over, stages)
