@@ -59,14 +59,16 @@ class Capture:
     autocast: Optional[Tuple[Any, ...]] = None
 
     def serves(self, flat: List[Any], spec: Any, training: Tuple[bool, ...]) -> bool:
-        return self._serves_but_sizes(flat, spec, training) and self._sizes_fit(self._tensors(flat))
+        tensors = tensor_leaves(flat)
+        return self._serves_but_sizes(flat, tensors, spec, training) and self._sizes_fit(tensors)
 
     def static_size_missed(self, flat: List[Any], spec: Any, training: Tuple[bool, ...]) -> Optional[Tuple[int, int]]:
         """(tensor argument, dimension): the first size that export kept static in this capture and
         that the call has another of, where all else would serve; None otherwise."""
-        if not self._serves_but_sizes(flat, spec, training):
+        tensors = tensor_leaves(flat)
+        if not self._serves_but_sizes(flat, tensors, spec, training):
             return None
-        for index, (tensor, sizes) in enumerate(zip(self._tensors(flat), self.sizes)):
+        for index, (tensor, sizes) in enumerate(zip(tensors, self.sizes)):
             if tensor.dim() != len(sizes):
                 return None
             for dim, (size, captured) in enumerate(zip(tensor.shape, sizes)):
@@ -74,18 +76,14 @@ class Capture:
                     return index, dim
         return None
 
-    @staticmethod
-    def _tensors(flat: List[Any]) -> List[torch.Tensor]:
-        return [x for x in flat if isinstance(x, torch.Tensor)]
-
-    def _serves_but_sizes(self, flat: List[Any], spec: Any, training: Tuple[bool, ...]) -> bool:
+    def _serves_but_sizes(self, flat: List[Any], tensors: List[torch.Tensor], spec: Any,
+                          training: Tuple[bool, ...]) -> bool:
         if spec != self.in_spec or training != self.training or len(flat) != len(self.leaves):
             return False
         if not python_attributes.hold(self.attributes):
             return False
         if self.autocast is not None and self.autocast != ambient_autocast():
             return False
-        tensors = self._tensors(flat)
         if len(tensors) != len(self.sizes):
             return False
         for value, captured in zip(flat, self.leaves):
@@ -114,6 +112,11 @@ class Capture:
                 return False
         return all(captured.free_symbols <= bound.keys() and int(captured.subs(bound)) == size
                    for size, captured in derived)
+
+
+def tensor_leaves(flat: List[Any]) -> List[torch.Tensor]:
+    """The tensors among a call's flat leaves, in order (a Capture's sizes and types are theirs)."""
+    return [x for x in flat if isinstance(x, torch.Tensor)]
 
 
 def flatten(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[List[Any], Any]:
@@ -320,7 +323,7 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
     warn_forward_hooks(module)
     attributes = python_attributes.record(module, reads)  # export puts back what forward set
     flat, spec = flatten(args, kwargs)
-    tensors = [x for x in flat if isinstance(x, torch.Tensor)]
+    tensors = tensor_leaves(flat)
     values = [n.meta.get("val") for n in program.graph_module.graph.nodes if n.op == "placeholder"]
     users = [v for v, s in zip(values, program.graph_signature.input_specs) if s.kind.name == "USER_INPUT"]
     sizes = [tuple(d if isinstance(d, int) else d.node.expr for d in v.shape)

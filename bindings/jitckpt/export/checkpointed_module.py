@@ -242,7 +242,7 @@ class CheckpointedModule(torch.nn.Module):
             return
         self._static_said = True
         index, dim = missed
-        tensor = [t for t in flat if isinstance(t, torch.Tensor)][index]
+        tensor = capturing.tensor_leaves(flat)[index]
         why = "an image's size is kept static" if tensor.is_floating_point() and tensor.dim() >= 4 else \
             "export could not keep it dynamic"
         warnings.warn(f"{type(self.module).__name__}'s tensor argument {index} has another size in dimension {dim} "
