@@ -313,28 +313,29 @@ def test_python_values_that_forward_does_not_read_make_no_capture():
     assert not said and len(checkpointed._captures) == 1, said
 
 
-class AttentionThenLSTM(torch.nn.Module):
-    """At a length equal to its width export captures it apart, into another chain of stages."""
+class DeeperWhenLong(torch.nn.Module):
+    """Export bounds the length by forward's branch on it: a shorter sequence is captured apart,
+    into another chain of stages."""
 
-    def __init__(self, width: int = 4):
+    def __init__(self, width: int = 8):
         super().__init__()
         self.embed = torch.nn.Embedding(16, width)
-        self.q, self.k, self.v = (torch.nn.Linear(width, width) for _ in range(3))
-        self.rnn = torch.nn.LSTM(width, width, batch_first=True)
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(4))
         self.head = torch.nn.Linear(width, 3)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)
-        x = torch.matmul(torch.matmul(self.q(x), self.k(x).transpose(1, 2)).softmax(-1), self.v(x))
-        return self.head(self.rnn(x)[0].mean(1))
+        for layer in self.layers[:4 if tokens.shape[1] > 8 else 2]:
+            x = layer(x).tanh()
+        return self.head(x.mean(1))
 
 
 def test_a_schedule_of_ones_own_is_refused_for_a_capture_it_was_not_written_for():
     generator = torch.Generator().manual_seed(0)
     tokens = [torch.randint(0, 16, (2, length), generator=generator) for length in (16, 4)]
     torch.manual_seed(0)
-    probe = jitckpt.checkpoint(AttentionThenLSTM(), (tokens[0],), memory_limit="min")
-    model = jitckpt.checkpoint(AttentionThenLSTM(), (tokens[0],), memory_limit=None,
+    probe = jitckpt.checkpoint(DeeperWhenLong(), (tokens[0],), memory_limit="min")
+    model = jitckpt.checkpoint(DeeperWhenLong(), (tokens[0],), memory_limit=None,
                                schedule=jitckpt.plan(probe)["schedule"])
     model(tokens[0]).sum().backward()
     with pytest.raises(RuntimeError, match=r"the given schedule is not valid .*; export captured the model again "
@@ -343,25 +344,32 @@ def test_a_schedule_of_ones_own_is_refused_for_a_capture_it_was_not_written_for(
         model(tokens[1]).sum().backward()
 
 
-class PassedOn(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> Any:
-        return x, None
+class ImageThenSequence(torch.nn.Module):
+    """Convolutions over an image (export keeps its height and width static), or over a sequence."""
+
+    def __init__(self, image: bool):
+        super().__init__()
+        self.image = image
+        convolution = torch.nn.Conv2d if image else torch.nn.Conv1d
+        self.layers = torch.nn.Sequential(*(convolution(3, 3, 3, padding=1) for _ in range(3)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x).flatten(2).mean(2)
 
 
-@pytest.mark.parametrize("recurrent", [True, False])
-def test_a_size_export_kept_static_is_named_once_where_it_makes_new_captures(recurrent):
-    model = AttentionThenLSTM(width=8)
-    if not recurrent:
-        model.rnn = PassedOn()  # the length stays dynamic
-    checkpointed = jitckpt.checkpoint(model, memory_limit="min")
+@pytest.mark.parametrize("image", [True, False])
+def test_a_size_export_kept_static_is_named_once_where_it_makes_new_captures(image):
+    checkpointed = jitckpt.checkpoint(ImageThenSequence(image), memory_limit="min")
     generator = torch.Generator().manual_seed(0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for length in (16, 12, 20, 12):
-            checkpointed(torch.randint(0, 16, (2, length), generator=generator)).sum().backward()
+        for size in (16, 12, 20, 12):
+            shape = (2, 3, size, size) if image else (2, 3, size)
+            checkpointed(torch.randn(shape, generator=generator)).sum().backward()
     said = [str(w.message) for w in caught if "static in the capture" in str(w.message)]
-    if recurrent:  # export unrolls the LSTM over the length
-        assert len(said) == 1 and "tensor argument 0 has another size in dimension 1" in said[0], said
-        assert "front_end=\"script\" plans new sizes on one graph" in said[0]
-    else:
-        assert not said
+    if image:
+        assert len(said) == 1 and "tensor argument 0 has another size in dimension 2" in said[0], said
+        assert "an image's size is kept static" in said[0] and "front_end=\"script\" plans new sizes" in said[0]
+        assert len(checkpointed._captures) == 3
+    else:  # the length stays dynamic
+        assert not said and len(checkpointed._captures) == 1

@@ -31,6 +31,7 @@ from .host_random import host_draws, refusal
 from .hugging_face import eager_mask_decisions, scan_advice
 from .layer_drop import layer_drop_decided, layer_drops_above_zero
 from .module_hooks import refuse_backward_hooks, warn_forward_hooks
+from .recurrent_layers import recurrent_lengths_dynamic
 from .vmap import lower_vmap
 
 
@@ -299,7 +300,7 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
     for dynamic in (True, False):
         try:
             with layer_drop_decided(module), functions_as_operators(), eager_mask_decisions(), host_draws() as drawn, \
-                    python_attributes.reads_recorded(module, reads):
+                    recurrent_lengths_dynamic(), python_attributes.reads_recorded(module, reads):
                 program = _export(module, args, kwargs, dynamic)
             if drawn:
                 break

@@ -233,8 +233,8 @@ class CheckpointedModule(torch.nn.Module):
                       "buffer, which one capture serves", stacklevel=2)
 
     def _say_which_size_is_static(self, flat: List[Any], spec: Any, flags: Tuple[bool, ...]) -> None:
-        """Once: a capture would serve the call but for a size that export kept static (a sequence
-        length that an LSTM unrolls over, an image's height), so each new size is a capture."""
+        """Once: a capture would serve the call but for a size that export kept static (an image's
+        height, or one export specialized), so each new size is a capture."""
         if self._static_said:
             return
         missed = next(filter(None, (c.static_size_missed(flat, spec, flags) for c, _ in self._captures)), None)
