@@ -2,8 +2,9 @@
 decoder (d 256, 8 heads, 6 blocks, vocabulary 512; test/models/families.py, size "bench"),
 scripted, rewritten without example inputs, and trained with AdamW and clipping beside the
 unmodified model, step by step on the same batches (--front-end export: the eager model through
-torch.export, beside the eager model). Each step's gradients are compared bit for
-bit, its measured peak against the limit of the plan it ran, and both steps are timed.
+torch.export, beside the eager model; --family: another language model of the zoo at its "bench"
+size, such as lstm_stack or gru). Each step's gradients are compared bit for bit, its measured
+peak against the limit of the plan it ran, and both steps are timed.
 
     OMP_WAIT_POLICY=PASSIVE PYTHONPATH=build/python:bench /usr/bin/python3 bench/dynamic_shapes.py \\
         --limit 0.7 --rounds 3 --out bench/results/cpu/dynamic-shapes/jitckpt-0.7.json
@@ -44,6 +45,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import families  # noqa: E402
 
 LENGTHS = list(range(64, 257, 16))
+LANGUAGE_MODELS = ["llama", "lstm_stack", "gru"]  # token ids in, logits over the vocabulary out
 
 
 def batches(loop: str, steps: int, batch: int, seed: int) -> List[torch.Size]:
@@ -68,8 +70,9 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
         self.optimized_execution = optimized_execution
 
-    def step(self, tokens: torch.Tensor, targets: torch.Tensor) -> Dict:
+    def step(self, tokens: torch.Tensor, targets: torch.Tensor, seed: int) -> Dict:
         self.optimizer.zero_grad(set_to_none=True)
+        torch.manual_seed(seed)  # the same dropout masks in both models
         start = time.perf_counter()
         with jitckpt.cpu_memory() as memory, torch.jit.optimized_execution(self.optimized_execution):
             loss_fn(self.model(tokens), targets).backward()
@@ -90,7 +93,7 @@ def plan_for(model: torch.jit.ScriptModule, shape: torch.Size) -> Dict:
 
 
 def run(args: argparse.Namespace, loop: str) -> Dict:
-    family = families.llama("bench")
+    family = families.FAMILIES[args.family]("bench")
     vocab = family.eager(0).embed.weight.shape[0]
     export = args.front_end == "export"  # the eager model, as jitckpt takes it and as the reference
     plain = Trainer(family.eager(0) if export else family.make(0), args.optimized_execution)
@@ -101,9 +104,9 @@ def run(args: argparse.Namespace, loop: str) -> Dict:
     for i, shape in enumerate(batches(loop, args.steps, args.batch, args.seed)):
         tokens = torch.randint(0, vocab, shape, generator=generator)
         targets = torch.randint(0, vocab, shape, generator=generator)
-        a = plain.step(tokens, targets)
+        a = plain.step(tokens, targets, i)
         try:
-            b = rewritten.step(tokens, targets)
+            b = rewritten.step(tokens, targets, i)
         except RuntimeError as error:  # what a user's run would stop with
             print(f"{loop} step {i:2d} {list(shape)}: {error}", flush=True)
             return {"loop": loop, "rows": rows, "error": {"step": i, "shape": list(shape), "message": str(error)},
@@ -128,6 +131,8 @@ def run(args: argparse.Namespace, loop: str) -> Dict:
 
 
 def summarize(rows: List[Dict]) -> Dict:
+    if not rows:  # the first step stopped
+        return {"steps": 0, "shapes": 0}
     plain = sum(r["plain_ms"] for r in rows)
     first = [r for r in rows if r["new_shape"]]
     later = [r for r in rows if not r["new_shape"]]
@@ -180,6 +185,8 @@ def main() -> None:
     parser.add_argument("--optimized-execution", action="store_true")
     parser.add_argument("--front-end", default="script", choices=["script", "export"],
                         help="export: the eager model through torch.export (2.6 on), against the eager model")
+    parser.add_argument("--family", default="llama", choices=LANGUAGE_MODELS,
+                        help="the model: a language model of test/models/families.py, at its bench size")
     parser.add_argument("--out")
     args = parser.parse_args()
     args.limit = float(args.limit) if args.limit.replace(".", "", 1).isdigit() else args.limit
@@ -197,6 +204,8 @@ def main() -> None:
         if "error" in r or any("error" in q for q in r.get("rounds", [])):
             error = r.get("error") or next(q["error"] for q in r["rounds"] if "error" in q)
             print(f"{r['loop']}: stopped at step {error['step']} ({error['shape']})")
+        if not s["steps"]:
+            continue
         print(f"{r['loop']}: {s['steps']} steps, {s['shapes']} shapes: total x{s['total_time_ratio']:.3f} of plain; "
               f"a new shape's first step {s['first_step_in_plain_steps']:.1f} plain steps (median; max "
               f"{s['first_step_in_plain_steps_max']:.1f}); against the shape's median plain step, "
