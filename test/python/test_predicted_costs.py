@@ -2,6 +2,7 @@
 beyond them by at most their span, is planned from costs predicted from those profiles, without
 profiling (solver/cost_fit.h). The predicted byte counts are the ones a profile measures, and a step
 there is the unmodified model's, bit for bit, within its limit."""
+import copy
 import warnings
 from typing import List
 
@@ -160,3 +161,44 @@ def test_recurrent_layers_through_export_keep_one_capture_for_every_length(name)
     assert len(model._captures) == 1
     if name == "gru":
         assert sum(v["predicted_costs"] for v in jitckpt.plan(model)["variants"]) == 2
+
+
+class HalveGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 0.5
+
+
+class RecurrentThenFunction(torch.nn.Module):
+    """A torch.autograd.Function of the model's own applied to a recurrent layer's output: export
+    keeps it whole only where that output needs a gradient while it is captured."""
+
+    def __init__(self, layer: type):
+        super().__init__()
+        self.embed = torch.nn.Embedding(64, 8)
+        self.rnn = layer(8, 8, batch_first=True)
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(HalveGradient.apply(self.rnn(self.embed(tokens))[0]).mean(1))
+
+
+@pytest.mark.skipif(not capture.available(), reason="torch.export's training capture needs PyTorch 2.6")
+@pytest.mark.parametrize("layer", [torch.nn.LSTM, torch.nn.GRU])
+def test_a_function_applied_to_a_recurrent_layer_keeps_its_backward(layer):
+    torch.manual_seed(0)
+    reference = RecurrentThenFunction(layer)
+    model = copy.deepcopy(reference)
+    checkpointed = jitckpt.checkpoint(model, memory_limit="min", profile_repeats=1)
+    for seed, length in enumerate((16, 4, 12)):
+        for m in (reference, model):
+            m.zero_grad(set_to_none=True)
+        reference(tokens(length, seed)).sum().backward()
+        checkpointed(tokens(length, seed)).sum().backward()
+        for (name, a), b in zip(model.named_parameters(), reference.parameters()):
+            assert torch.equal(a.grad, b.grad), (length, name)
+    assert len(checkpointed._captures) == 1

@@ -33,10 +33,18 @@ def _fake_outputs(original: Any) -> Any:
         states = [hx] if isinstance(hx, torch.Tensor) else list(hx)
         if not isinstance(input, FakeTensor) or input.dim() != 3 or any(s.dim() != 3 for s in states):
             return original(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+        # Export's tracing runs this kernel under autograd, which records the decomposition's ops:
+        # the outputs must depend on the inputs that need gradients as well, or later code takes
+        # them for constants (a torch.autograd.Function applied to them would not be kept whole).
+        needing = [t for t in [input, *states, *params] if t.requires_grad]
+        zero = sum(t.sum() for t in needing) * 0 if needing and torch.is_grad_enabled() else None
         steps = input.transpose(0, 1) if batch_first else input
         directions = 2 if bidirectional else 1
-        output = steps.new_empty((steps.size(0), steps.size(1), directions * states[0].size(2)))
-        return (output.transpose(0, 1) if batch_first else output, *(s.new_empty(s.shape) for s in states))
+        made = [steps.new_empty((steps.size(0), steps.size(1), directions * states[0].size(2)))]
+        made += [s.new_empty(s.shape) for s in states]
+        if zero is not None:
+            made = [t + zero for t in made]
+        return (made[0].transpose(0, 1) if batch_first else made[0], *made[1:])
 
     return outputs
 
