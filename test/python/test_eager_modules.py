@@ -144,6 +144,37 @@ def test_size_arithmetic_between_layers(kind):
     assert model.front_end == "export" and len(model._captures) == (2 if kind == "sqrt_length" else 1), kind
 
 
+class OneLongSomewhere(torch.nn.Module):
+    """A strided convolution one long at length 4, a batch norm over it, and a channel shuffle:
+    export keeps that 1 as a constant in the graph while its ranges take every length from 3 on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv1d(4, 4, 3, stride=2)
+        self.norm = torch.nn.BatchNorm1d(4)
+        self.head = torch.nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(self.conv(x.transpose(1, 2)))
+        h = h.view(h.size(0), 2, 2, -1).transpose(1, 2).reshape(h.size())
+        return self.head(h.mean(2))
+
+
+def test_a_size_export_keeps_inside_the_graph_makes_a_capture_of_its_own():
+    torch.manual_seed(0)
+    reference = OneLongSomewhere()
+    model = copy.deepcopy(reference)
+    checkpointed = jitckpt.checkpoint(model, memory_limit="min", profile_repeats=1)
+    for t in (16, 4, 12, 4, 20):
+        x = torch.randn(2, t, 4, generator=torch.Generator().manual_seed(t))
+        reference(x).sum().backward()
+        checkpointed(x).sum().backward()
+        assert all(torch.equal(p.grad, q.grad) for p, q in zip(reference.parameters(), model.parameters())), t
+        assert all(torch.equal(a, b) for a, b in zip(reference.buffers(), model.buffers())), t
+    # length 4 apart, with its own sizes; every other length on the first capture
+    assert [c.sizes for c, _ in checkpointed._captures][1:] == [[(2, 4, 4)]]
+
+
 class WindowedImages(torch.nn.Module):
     """Attention within windows of 4 x 4 pixels, the window arithmetic of Swin and MaxVit."""
 

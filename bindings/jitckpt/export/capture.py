@@ -32,6 +32,7 @@ from .hugging_face import eager_mask_decisions, scan_advice
 from .layer_drop import layer_drop_decided, layer_drops_above_zero
 from .module_hooks import refuse_backward_hooks, warn_forward_hooks
 from .recurrent_layers import recurrent_lengths_dynamic
+from .size_probe import sizes_hold
 from .vmap import lower_vmap
 
 
@@ -290,8 +291,9 @@ def _export_error(error: Exception) -> str:
 
 def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Capture:
     """Sizes dynamic first; where export cannot bound them (data-dependent size checks, size
-    arithmetic) or the graph holds size arithmetic TorchScript's IR cannot express, this call's
-    sizes. A failure of the second try is the one reported."""
+    arithmetic), the graph does not run at other sizes within its ranges (size_probe.py) or holds
+    size arithmetic TorchScript's IR cannot express, this call's sizes. A failure of the second try
+    is the one reported."""
     refuse_sharded_parts(module)
     refuse_flat_parameter_views(module)  # before the plain parameters they are (use_orig_params)
     refuse_backward_hooks(module)
@@ -304,6 +306,8 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
                 program = _export(module, args, kwargs, dynamic)
             if drawn:
                 break
+            if dynamic and not sizes_hold(program, *flatten(args, kwargs), *_sizes_and_ranges(program)):
+                continue  # a size export kept as it was here, beside ranges that say otherwise
             try:
                 lower_vmap(program)
             except CaptureError as error:
@@ -325,18 +329,25 @@ def capture(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
     attributes = python_attributes.record(module, reads)  # export puts back what forward set
     flat, spec = flatten(args, kwargs)
     tensors = tensor_leaves(flat)
-    values = [n.meta.get("val") for n in program.graph_module.graph.nodes if n.op == "placeholder"]
-    users = [v for v, s in zip(values, program.graph_signature.input_specs) if s.kind.name == "USER_INPUT"]
-    sizes = [tuple(d if isinstance(d, int) else d.node.expr for d in v.shape)
-             for v in users if isinstance(v, torch.Tensor)]
-    ranges = {symbol: (_bound(r.lower, -math.inf), _bound(r.upper, math.inf))
-              for symbol, r in program.range_constraints.items()}
+    sizes, ranges = _sizes_and_ranges(program)
     return Capture(
         scripted=scripted, in_spec=spec, leaves=[None if isinstance(x, torch.Tensor) else x for x in flat],
         passed=passed, sizes=sizes, ranges=ranges, tensor_types=[(t.dtype, t.device) for t in tensors],
         training=training_flags(module), out_spec=program.call_spec.out_spec, attributes=attributes,
         autocast=ambient_autocast() if inlined_autocast_block else None,
     )
+
+
+def _sizes_and_ranges(program: Any) -> Tuple[List[Tuple[Any, ...]], Dict[Any, Tuple[float, float]]]:
+    """The tensor arguments' sizes in the captured graph (ints, or expressions of export's symbols),
+    and the symbols' ranges."""
+    values = [n.meta.get("val") for n in program.graph_module.graph.nodes if n.op == "placeholder"]
+    users = [v for v, s in zip(values, program.graph_signature.input_specs) if s.kind.name == "USER_INPUT"]
+    sizes = [tuple(d if isinstance(d, int) else d.node.expr for d in v.shape)
+             for v in users if isinstance(v, torch.Tensor)]
+    ranges = {symbol: (_bound(r.lower, -math.inf), _bound(r.upper, math.inf))
+              for symbol, r in program.range_constraints.items()}
+    return sizes, ranges
 
 
 def _refuse_plain_parameters(module: torch.nn.Module) -> None:
