@@ -69,14 +69,21 @@ std::optional<Wide> quadraticAt(const std::array<int64_t, 3>& x, const std::arra
 
 std::optional<int64_t> exactCount(const std::vector<int64_t>& v, const std::vector<int64_t>& y);
 
+// The samples (v's entries but the last, the target's) as (size, count), by size.
+std::vector<std::pair<int64_t, int64_t>> bySize(const std::vector<int64_t>& v,
+                                                const std::vector<int64_t>& y) {
+  std::vector<std::pair<int64_t, int64_t>> samples;
+  for (size_t i = 0; i < y.size(); ++i) samples.emplace_back(v[i], y[i]);
+  std::sort(samples.begin(), samples.end());
+  return samples;
+}
+
 // A count that no quadratic gives but that does not grow with the size (a kernel's workspace
 // chosen by a threshold, a scalar some sizes make): the largest sampled, where the samples never
 // rise from one size to a larger one and the target is not below them all (where such a count may
 // be larger still); nothing otherwise.
 std::optional<int64_t> boundedCount(const std::vector<int64_t>& v, const std::vector<int64_t>& y) {
-  std::vector<std::pair<int64_t, int64_t>> by_size;
-  for (size_t i = 0; i < y.size(); ++i) by_size.emplace_back(v[i], y[i]);
-  std::sort(by_size.begin(), by_size.end());
+  const auto by_size = bySize(v, y);
   if (v.back() < by_size.front().first) return std::nullopt;
   for (size_t i = 1; i < by_size.size(); ++i)
     if (by_size[i].second > by_size[i - 1].second) return std::nullopt;
@@ -100,10 +107,25 @@ std::optional<int64_t> envelopedCount(const std::vector<int64_t>& v,
   return bound;
 }
 
+// An overhead at a target above every sample, where it does not fall between the two largest
+// sizes: the quadratic, and at least the largest size's sample, else boundedCount. Where it falls
+// there, the largest transient falls with the size, and one that grows, below it at every sample,
+// may overtake it just beyond them (a GRU's backward, measured: 96 B less a step up to length 16,
+// then 192 B more); where it has stopped falling (an embedding's backward workspace), what grows
+// shows.
+std::optional<int64_t> overheadAbove(const std::vector<int64_t>& v, const std::vector<int64_t>& y) {
+  const auto samples = bySize(v, y);
+  if (samples.back().second < samples[samples.size() - 2].second) return std::nullopt;
+  if (const auto exact = exactCount(v, y)) return std::max(*exact, samples.back().second);
+  return boundedCount(v, y);
+}
+
 // A byte count at the target (v's last entry): the quadratic through three samples, where it
-// gives every other sample exactly, else boundedCount, else, for an overhead, envelopedCount.
+// gives every other sample exactly, else boundedCount, else, for an overhead, envelopedCount; an
+// overhead above the samples, overheadAbove.
 std::optional<int64_t> predictedCount(const std::vector<int64_t>& v, const std::vector<int64_t>& y,
                                       bool overhead = false) {
+  if (overhead && v.back() > bySize(v, y).back().first) return overheadAbove(v, y);
   if (const auto exact = exactCount(v, y)) return exact;
   if (const auto bounded = boundedCount(v, y)) return bounded;
   return overhead ? envelopedCount(v, y) : std::nullopt;
