@@ -107,25 +107,32 @@ std::optional<int64_t> envelopedCount(const std::vector<int64_t>& v,
   return bound;
 }
 
-// An overhead at a target above every sample, where it does not fall between the two largest
-// sizes: the quadratic, and at least the largest size's sample, else boundedCount. Where it falls
-// there, the largest transient falls with the size, and one that grows, below it at every sample,
-// may overtake it just beyond them (a GRU's backward, measured: 96 B less a step up to length 16,
-// then 192 B more); where it has stopped falling (an embedding's backward workspace), what grows
-// shows.
-std::optional<int64_t> overheadAbove(const std::vector<int64_t>& v, const std::vector<int64_t>& y) {
+// An overhead at a target outside the samples' sizes (above them all or below), where it does
+// not fall toward the target between the two sizes nearest it: the quadratic, and at least the
+// nearest size's sample, else boundedCount. Where it falls there, the largest transient shrinks
+// toward the target, and one that grows there, below it at every sample, may overtake it just
+// beyond them (a GRU's backward, measured: 96 B less a step up to length 16, then 192 B more; an
+// attention's below the samples: a fixed workspace under a transient that grows with the length);
+// where it has stopped falling (an embedding's backward workspace, above), what grows shows.
+std::optional<int64_t> overheadOutside(const std::vector<int64_t>& v,
+                                       const std::vector<int64_t>& y) {
   const auto samples = bySize(v, y);
-  if (samples.back().second < samples[samples.size() - 2].second) return std::nullopt;
-  if (const auto exact = exactCount(v, y)) return std::max(*exact, samples.back().second);
+  const bool above = v.back() > samples.back().first;
+  const auto& nearest = above ? samples.back() : samples.front();
+  const auto& next = above ? samples[samples.size() - 2] : samples[1];
+  if (nearest.second < next.second) return std::nullopt;
+  if (const auto exact = exactCount(v, y)) return std::max(*exact, nearest.second);
   return boundedCount(v, y);
 }
 
 // A byte count at the target (v's last entry): the quadratic through three samples, where it
 // gives every other sample exactly, else boundedCount, else, for an overhead, envelopedCount; an
-// overhead above the samples, overheadAbove.
+// overhead outside the samples' sizes, overheadOutside.
 std::optional<int64_t> predictedCount(const std::vector<int64_t>& v, const std::vector<int64_t>& y,
                                       bool overhead = false) {
-  if (overhead && v.back() > bySize(v, y).back().first) return overheadAbove(v, y);
+  const auto samples = bySize(v, y);
+  if (overhead && (v.back() > samples.back().first || v.back() < samples.front().first))
+    return overheadOutside(v, y);
   if (const auto exact = exactCount(v, y)) return exact;
   if (const auto bounded = boundedCount(v, y)) return bounded;
   return overhead ? envelopedCount(v, y) : std::nullopt;

@@ -10,9 +10,10 @@
 // never rises from one sampled size to a larger one (a kernel's workspace chosen by a threshold) is
 // bounded by its largest sample, at sizes not below the smallest sampled; a stage's overhead no
 // quadratic gives (the largest of its ops' transients, which one op overtakes from another), at
-// sizes between the samples, by the largest sampled from the size below up; above the samples,
-// an overhead only where it does not fall between the two largest sizes (one that falls there may
-// be overtaken just beyond by one that grows), and at least the largest size's. Times are fitted by
+// sizes between the samples, by the largest sampled from the size below up; outside the samples'
+// sizes, an overhead only where it does not fall toward the target between the two sizes nearest
+// it (one that falls there may be overtaken just beyond by one that grows), and at least the
+// nearest size's. Times are fitted by
 // least squares. Nothing is predicted where the structure differs between samples (spans, stages
 // that run once) or another count grows but is no quadratic (allocator blocks).
 // Torch-free.
