@@ -20,7 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 _COMPOSITE = DispatchKey.CompositeImplicitAutograd
 
 
-def _ops() -> List[Any]:
+def recurrent_ops() -> List[Any]:
     aten = torch.ops.aten
     return [aten.lstm.input, aten.gru.input, aten.rnn_tanh.input, aten.rnn_relu.input]
 
@@ -53,7 +53,7 @@ def _fake_outputs(original: Any) -> Any:
 def recurrent_lengths_dynamic() -> Iterator[None]:
     """While open, the recurrent ops' fake outputs keep the sequence length dynamic (module docstring)."""
     table = torch._decomp.decomposition_table
-    saved = [(op, op.py_kernels.get(_COMPOSITE), table.get(op)) for op in _ops()]
+    saved = [(op, op.py_kernels.get(_COMPOSITE), table.get(op)) for op in recurrent_ops()]
     try:
         for op, kernel, decomposition in saved:
             if kernel is not None:

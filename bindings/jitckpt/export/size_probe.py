@@ -14,6 +14,8 @@ import torch
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from .recurrent_layers import recurrent_ops
+
 Sizes = List[Tuple[Any, ...]]  # per tensor argument, each dimension an int or a sympy expression
 
 
@@ -53,11 +55,17 @@ def _other_sizes(tensors: List[torch.Tensor], sizes: Sizes,
              for size, captured in zip(tensor.shape, shape)] for tensor, shape in zip(tensors, sizes)]
 
 
+def _recurrent(program: Any) -> bool:
+    """Whether the graph holds a recurrent layer, whose fake run steps through the length (seconds
+    at a few hundred steps): not probed."""
+    return any(n.op == "call_function" and n.target in recurrent_ops() for n in program.graph_module.graph.nodes)
+
+
 def sizes_hold(program: Any, flat: List[Any], spec: Any, sizes: Sizes, ranges: Dict[Any, Tuple[float, float]]) -> bool:
     """False where the exported program runs at the call's sizes but not at others in its ranges."""
     tensors = [x for x in flat if isinstance(x, torch.Tensor)]
     other = _other_sizes(tensors, sizes, ranges)
-    if other is None:
+    if other is None or _recurrent(program):
         return True
     try:
         module = program.module()
