@@ -13,6 +13,7 @@ import jitckpt
 from jitckpt.export import capture
 
 import families
+from test_eager_modules import ReverseGradient
 
 PROFILED = [16, 48, 24, 40]  # the first call cuts the chain; every length then keeps that cut
 BETWEEN, BEYOND = 32, 56  # 56: beyond the profiled lengths by less than their span (32)
@@ -163,16 +164,6 @@ def test_recurrent_layers_through_export_keep_one_capture_for_every_length(name)
         assert sum(v["predicted_costs"] for v in jitckpt.plan(model)["variants"]) >= 1
 
 
-class HalveGradient(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * 0.5
-
-
 class RecurrentThenFunction(torch.nn.Module):
     """A torch.autograd.Function of the model's own applied to a recurrent layer's output: export
     keeps it whole only where that output needs a gradient while it is captured."""
@@ -184,7 +175,7 @@ class RecurrentThenFunction(torch.nn.Module):
         self.head = torch.nn.Linear(8, 3)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.head(HalveGradient.apply(self.rnn(self.embed(tokens))[0]).mean(1))
+        return self.head(ReverseGradient.apply(self.rnn(self.embed(tokens))[0]).mean(1))
 
 
 @pytest.mark.skipif(not capture.available(), reason="torch.export's training capture needs PyTorch 2.6")
